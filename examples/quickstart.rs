@@ -1,0 +1,109 @@
+//! Run with: cargo run --example quickstart
+//!
+//! A ScriptedModel agent (offline, deterministic) with one tool and one hook that prints
+//! every lifecycle event it sees — and enforces a rule the prompt alone could not.
+
+use rein::*;
+use serde_json::json;
+
+/// Prints each event; denies `add` calls with a negative operand.
+struct Narrator;
+
+impl Hook for Narrator {
+    fn priority(&self) -> i32 {
+        50
+    }
+
+    // Everything except per-chunk events, to keep the output short.
+    fn interest(&self) -> Interest {
+        Interest::LIFECYCLE
+    }
+
+    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        let depth = event.agent().depth;
+        match event {
+            HookEvent::PreCall(e) => {
+                println!("[{depth}] PreCall: {} input message(s)", e.messages().len())
+            }
+            HookEvent::PreReasoning(e) => println!(
+                "[{depth}] PreReasoning #{}: {} message(s), tools {:?}",
+                e.iteration(),
+                e.messages().len(),
+                e.tool_names()
+            ),
+            HookEvent::PostReasoning(e) => println!(
+                "[{depth}] PostReasoning: text {:?}, {} tool call(s)",
+                e.message().text(),
+                e.message().tool_uses().len()
+            ),
+            HookEvent::PreActing(e) => {
+                let input = e.tool_use().input.clone();
+                println!("[{depth}] PreActing: {} {input}", e.tool_use().name);
+                if input["a"].as_f64().unwrap_or(0.0) < 0.0
+                    || input["b"].as_f64().unwrap_or(0.0) < 0.0
+                {
+                    e.deny("negative numbers are not allowed");
+                    println!("[{depth}]   denied");
+                }
+            }
+            HookEvent::PostActing(e) => println!(
+                "[{depth}] PostActing: {} -> {:?} (error: {})",
+                e.tool_use().name,
+                e.tool_result().content,
+                e.tool_result().is_error
+            ),
+            HookEvent::PostCall(e) => {
+                println!("[{depth}] PostCall: reply {:?}", e.final_message().text())
+            }
+            HookEvent::Error(e) => println!("[{depth}] Error: {}", e.error()),
+            other => println!("[{depth}] {}", other.kind()),
+        }
+        Ok(())
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut tools = Toolkit::new();
+    tools.register(FunctionTool::new(
+        "add",
+        "Adds two numbers.",
+        json!({
+            "type": "object",
+            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+            "required": ["a", "b"]
+        }),
+        |args| async move {
+            let a = args["a"]
+                .as_f64()
+                .ok_or_else(|| ToolError::new("`a` must be a number"))?;
+            let b = args["b"]
+                .as_f64()
+                .ok_or_else(|| ToolError::new("`b` must be a number"))?;
+            Ok((a + b).to_string())
+        },
+    ))?;
+
+    // The script: call add(1, 2), then answer; then try add(-5, 3), then apologise.
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("add", json!({"a": 1, "b": 2})).with_text("Let me compute that."),
+        ScriptedTurn::text("1 + 2 = 3."),
+        ScriptedTurn::tool_call("add", json!({"a": -5, "b": 3})),
+        ScriptedTurn::text("I am not allowed to add negative numbers."),
+    ]);
+
+    let agent = Agent::builder()
+        .name("calculator")
+        .sys_prompt("You are a careful calculator.")
+        .model(model)
+        .toolkit(tools)
+        .hook(Narrator)
+        .build()?;
+
+    let reply = agent.call(Msg::user("What is 1 + 2?")).await?;
+    println!("=> {}\n", reply.text());
+
+    let reply = agent.call(Msg::user("And -5 + 3?")).await?;
+    println!("=> {}", reply.text());
+    Ok(())
+}

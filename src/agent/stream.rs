@@ -1,0 +1,109 @@
+//! Streaming a call to a caller (e.g. a UI).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use futures::future::BoxFuture;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::CallOutcome;
+use crate::error::Error;
+use crate::message::{ToolResult, ToolUse};
+
+/// What a streaming caller sees of a call, in order.
+///
+/// Deltas are provisional: when a hook redoes reasoning (`goto_reasoning`),
+/// [`AgentEvent::ReasoningRedone`] follows the discarded turn's deltas. The governed
+/// reply (after `PostCall` hooks) is in [`AgentEvent::Final`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AgentEvent {
+    /// A text delta from the model (reasoning or summary).
+    TextDelta(String),
+    /// A thinking delta from the model.
+    ThinkingDelta(String),
+    /// The model started a tool call.
+    ToolCallStart {
+        /// The call id (empty if the provider sends it later).
+        id: String,
+        /// The tool name.
+        name: String,
+    },
+    /// A tool call is about to run (after `PreActing` rewrites), or was denied.
+    ToolCall(ToolUse),
+    /// A running tool emitted progress.
+    ToolProgress {
+        /// The call id.
+        id: String,
+        /// The progress text.
+        text: String,
+    },
+    /// A tool result as recorded (after `PostActing` rewrites).
+    ToolResult(ToolResult),
+    /// A hook redid reasoning: the deltas of the last model turn were not the answer.
+    ReasoningRedone,
+    /// The call finished; the last item of a successful stream.
+    Final(CallOutcome),
+    /// The call failed; the last item of a failed stream.
+    Error(Error),
+}
+
+/// The stream returned by [`Agent::stream`](crate::Agent::stream).
+///
+/// The call runs as the stream is polled; dropping the stream cancels the call (memory
+/// stays valid, as for a dropped `call` future).
+pub struct AgentStream {
+    call: Option<BoxFuture<'static, Result<CallOutcome, Error>>>,
+    rx: UnboundedReceiver<AgentEvent>,
+    last: Option<AgentEvent>,
+}
+
+impl AgentStream {
+    pub(crate) fn new(
+        call: BoxFuture<'static, Result<CallOutcome, Error>>,
+        rx: UnboundedReceiver<AgentEvent>,
+    ) -> Self {
+        Self {
+            call: Some(call),
+            rx,
+            last: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for AgentStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentStream")
+            .field("running", &self.call.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stream for AgentStream {
+    type Item = AgentEvent;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
+        let this = &mut *self;
+        loop {
+            if let Poll::Ready(Some(event)) = this.rx.poll_recv(cx) {
+                return Poll::Ready(Some(event));
+            }
+            let Some(call) = this.call.as_mut() else {
+                // The call is over and its events are drained.
+                return Poll::Ready(this.last.take());
+            };
+            match call.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(result) => {
+                    this.call = None;
+                    // A success's `Final` item was sent through the channel; an error
+                    // is delivered here, after everything the call emitted.
+                    if let Err(e) = result {
+                        this.last = Some(AgentEvent::Error(e));
+                    }
+                }
+            }
+        }
+    }
+}

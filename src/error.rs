@@ -1,0 +1,245 @@
+//! Errors as values.
+//!
+//! - [`Error`]: a call failed (model error, aborting hook, bound exceeded, bad input).
+//!   Tool failures are *not* errors: they become error tool results the model reads.
+//! - [`BuildError`]: an agent could not be built (missing model, duplicate tool,
+//!   invalid schema, invalid hook configuration, unreadable policy).
+//!
+//! Both are opaque structs with a `#[non_exhaustive]` kind to match on, and a
+//! `Display` that names the problem and where it is (hook, event, tool, file, key).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::hook::{EventKind, HookError};
+use crate::model::ModelError;
+use crate::tool::ToolkitError;
+
+/// What kind of failure ended a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The model call failed; see [`Error::model_error`].
+    Model,
+    /// A hook with the abort policy failed (error, panic or timeout); see
+    /// [`Error::hook_name`], [`Error::event_kind`] and [`Error::hook_failure`].
+    Hook,
+    /// Hooks requested more consecutive `goto_reasoning` hops than the agent allows.
+    GotoLimit,
+    /// The call's input was invalid (e.g. a system-role message in the input).
+    InvalidInput,
+    /// The session store failed.
+    Store,
+}
+
+/// How a hook failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HookFailureKind {
+    /// The hook returned an error.
+    Error,
+    /// The hook panicked.
+    Panic,
+    /// The hook ran past its timeout.
+    Timeout,
+}
+
+/// A hook failure as caught by the chain.
+#[derive(Debug)]
+pub(crate) enum HookFailure {
+    Error(HookError),
+    Panic(String),
+    Timeout(Duration),
+}
+
+impl fmt::Display for HookFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HookFailure::Error(e) => write!(f, "returned an error: {e}"),
+            HookFailure::Panic(m) => write!(f, "panicked: {m}"),
+            HookFailure::Timeout(d) => write!(f, "timed out after {d:?}"),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    kind: ErrorKind,
+    message: String,
+    hook: Option<Arc<str>>,
+    event: Option<EventKind>,
+    hook_failure: Option<HookFailureKind>,
+    model: Option<ModelError>,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+/// A failed agent call.
+#[derive(Debug)]
+pub struct Error {
+    inner: Box<Inner>,
+}
+
+impl Error {
+    fn new(kind: ErrorKind, message: String) -> Self {
+        Self {
+            inner: Box::new(Inner {
+                kind,
+                message,
+                hook: None,
+                event: None,
+                hook_failure: None,
+                model: None,
+                source: None,
+            }),
+        }
+    }
+
+    pub(crate) fn hook(name: Arc<str>, event: EventKind, failure: HookFailure) -> Self {
+        let mut e = Self::new(
+            ErrorKind::Hook,
+            format!("hook `{name}` {failure} (on {event})"),
+        );
+        e.inner.hook_failure = Some(match &failure {
+            HookFailure::Error(_) => HookFailureKind::Error,
+            HookFailure::Panic(_) => HookFailureKind::Panic,
+            HookFailure::Timeout(_) => HookFailureKind::Timeout,
+        });
+        if let HookFailure::Error(source) = failure {
+            e.inner.source = Some(Box::new(source));
+        }
+        e.inner.hook = Some(name);
+        e.inner.event = Some(event);
+        e
+    }
+
+    pub(crate) fn model(phase: &str, model_name: &str, err: ModelError) -> Self {
+        let mut e = Self::new(
+            ErrorKind::Model,
+            format!("model `{model_name}` failed during {phase}: {err}"),
+        );
+        e.inner.model = Some(err);
+        e
+    }
+
+    pub(crate) fn goto_limit(limit: u32) -> Self {
+        Self::new(
+            ErrorKind::GotoLimit,
+            format!(
+                "hooks requested more than {limit} consecutive goto_reasoning hops; the call was aborted"
+            ),
+        )
+    }
+
+    pub(crate) fn store(err: crate::agent::StoreError) -> Self {
+        let mut e = Self::new(ErrorKind::Store, err.to_string());
+        e.inner.source = Some(Box::new(err));
+        e
+    }
+
+    pub(crate) fn invalid_input(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidInput, message.into())
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.inner.kind
+    }
+
+    /// The hook that failed, for [`ErrorKind::Hook`].
+    pub fn hook_name(&self) -> Option<&str> {
+        self.inner.hook.as_deref()
+    }
+
+    /// The event during which the hook failed, for [`ErrorKind::Hook`].
+    pub fn event_kind(&self) -> Option<EventKind> {
+        self.inner.event
+    }
+
+    /// How the hook failed, for [`ErrorKind::Hook`].
+    pub fn hook_failure(&self) -> Option<HookFailureKind> {
+        self.inner.hook_failure
+    }
+
+    /// The model error, for [`ErrorKind::Model`].
+    pub fn model_error(&self) -> Option<&ModelError> {
+        self.inner.model.as_ref()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.inner.message)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        if let Some(m) = &self.inner.model {
+            return Some(m);
+        }
+        self.inner
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// What kind of problem stopped a build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildErrorKind {
+    /// No model was set.
+    MissingModel,
+    /// A tool could not be registered (duplicate name, invalid name or schema).
+    Tool,
+    /// A hook reported an invalid configuration, or hooks could not be assembled.
+    InvalidHook,
+    /// A builder setting is invalid (e.g. `max_iters(0)`).
+    InvalidConfig,
+}
+
+/// An agent (or declaration) could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuildError {
+    kind: BuildErrorKind,
+    message: String,
+}
+
+impl BuildError {
+    pub(crate) fn new(kind: BuildErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn invalid_hook(name: &str, message: impl fmt::Display) -> Self {
+        Self::new(
+            BuildErrorKind::InvalidHook,
+            format!("hook `{name}` has an invalid configuration: {message}"),
+        )
+    }
+
+    pub(crate) fn tool(context: &str, err: ToolkitError) -> Self {
+        Self::new(BuildErrorKind::Tool, format!("{context}: {err}"))
+    }
+
+    /// The kind of problem.
+    pub fn kind(&self) -> BuildErrorKind {
+        self.kind
+    }
+
+    /// The message (also the `Display` output).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for BuildError {}

@@ -1,0 +1,567 @@
+//! Event payloads: one struct per [`EventKind`], each with the mutators its event allows.
+
+use std::sync::Arc;
+
+use crate::agent::{AgentInfo, RunContext, StopReason};
+use crate::error::Error;
+use crate::message::{Msg, Role, ToolResult, ToolUse};
+use crate::model::{GenerateOptions, ModelChunk, Usage};
+
+use super::EventKind;
+
+/// What every event carries: who is running and in which call.
+#[derive(Clone, Debug)]
+pub(crate) struct EventMeta {
+    pub(crate) agent: Arc<AgentInfo>,
+    pub(crate) ctx: RunContext,
+    /// The hook currently being called (set by the chain), for attributing decisions.
+    pub(crate) current_hook: Option<Arc<str>>,
+}
+
+impl EventMeta {
+    pub(crate) fn new(agent: &Arc<AgentInfo>, ctx: &RunContext) -> Self {
+        Self {
+            agent: Arc::clone(agent),
+            ctx: ctx.clone(),
+            current_hook: None,
+        }
+    }
+}
+
+macro_rules! meta_accessors {
+    ($($ty:ident),* $(,)?) => {$(
+        impl $ty {
+            /// The agent whose loop fired this event (a subagent's events carry the
+            /// child's identity, with `parent_id` and `depth`).
+            pub fn agent(&self) -> &AgentInfo {
+                &self.meta.agent
+            }
+
+            /// The run context of the call (ids and typed extensions).
+            pub fn context(&self) -> &RunContext {
+                &self.meta.ctx
+            }
+        }
+    )*};
+}
+
+meta_accessors!(
+    PreCallEvent,
+    PreReasoningEvent,
+    ReasoningChunkEvent,
+    PostReasoningEvent,
+    PreActingEvent,
+    ActingChunkEvent,
+    PostActingEvent,
+    PreSummaryEvent,
+    SummaryChunkEvent,
+    PostSummaryEvent,
+    PostCallEvent,
+    ErrorEvent,
+);
+
+/// Fires once per call, before anything else.
+#[derive(Debug)]
+pub struct PreCallEvent {
+    pub(crate) meta: EventMeta,
+    pub(crate) messages: Vec<Msg>,
+    pub(crate) system_prompt: Option<String>,
+}
+
+impl PreCallEvent {
+    /// The call's input messages (not the stored history). Empty when the call resumes
+    /// a stopped session.
+    pub fn messages(&self) -> &[Msg] {
+        &self.messages
+    }
+
+    /// Replaces the call's input messages: what is set is what the conversation records
+    /// and the model sees. System-role messages are rejected at this point with an
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) error: use
+    /// [`PreCallEvent::set_system_prompt`] instead.
+    pub fn set_messages(&mut self, messages: Vec<Msg>) {
+        self.messages = messages;
+    }
+
+    /// The system prompt for this call (the agent's, unless a hook changed it).
+    pub fn system_prompt(&self) -> Option<&str> {
+        self.system_prompt.as_deref()
+    }
+
+    /// Replaces the system prompt for this call only. It is frozen after `PreCall` and
+    /// prepended to every model request of the call; it is never stored in memory.
+    pub fn set_system_prompt(&mut self, prompt: Option<String>) {
+        self.system_prompt = prompt;
+    }
+}
+
+/// Fires before each reasoning model call.
+#[derive(Debug)]
+pub struct PreReasoningEvent {
+    pub(crate) meta: EventMeta,
+    pub(crate) messages: Vec<Msg>,
+    pub(crate) options: GenerateOptions,
+    pub(crate) tool_names: Arc<[String]>,
+    pub(crate) iteration: u32,
+}
+
+impl PreReasoningEvent {
+    /// Exactly the messages the model will receive: the system message first (if any),
+    /// then the conversation.
+    pub fn messages(&self) -> &[Msg] {
+        &self.messages
+    }
+
+    /// Replaces the messages for this model call only; memory is not changed.
+    pub fn set_messages(&mut self, messages: Vec<Msg>) {
+        self.messages = messages;
+    }
+
+    /// The effective options: the agent's defaults, then earlier hooks' changes. Never
+    /// empty when the agent has defaults.
+    pub fn generate_options(&self) -> &GenerateOptions {
+        &self.options
+    }
+
+    /// Replaces the effective options; what is set is what the model receives. To
+    /// overlay a few fields, merge:
+    /// `GenerateOptions::merge(&mine, event.generate_options())`.
+    pub fn set_generate_options(&mut self, options: GenerateOptions) {
+        self.options = options;
+    }
+
+    /// Names of the tools offered to the model, in order.
+    pub fn tool_names(&self) -> &[String] {
+        &self.tool_names
+    }
+
+    /// The reasoning iteration, from 0.
+    pub fn iteration(&self) -> u32 {
+        self.iteration
+    }
+}
+
+/// Fires for each chunk the model streams during reasoning. Read-only.
+#[derive(Debug)]
+pub struct ReasoningChunkEvent {
+    pub(crate) meta: EventMeta,
+    pub(crate) chunk: ModelChunk,
+    pub(crate) accumulated: Msg,
+}
+
+impl ReasoningChunkEvent {
+    /// The chunk just received.
+    pub fn chunk(&self) -> &ModelChunk {
+        &self.chunk
+    }
+
+    /// The message so far: text and thinking accumulated up to and including this
+    /// chunk (tool calls appear once the model turn is complete).
+    pub fn accumulated(&self) -> &Msg {
+        &self.accumulated
+    }
+}
+
+/// Fires after each reasoning model call, before the message is stored.
+#[derive(Debug)]
+pub struct PostReasoningEvent {
+    pub(crate) meta: EventMeta,
+    pub(crate) message: Msg,
+    pub(crate) goto: Option<Vec<Msg>>,
+    pub(crate) stop: bool,
+    pub(crate) usage: Usage,
+    pub(crate) iteration: u32,
+}
+
+impl PostReasoningEvent {
+    /// The model's message (as rewritten by earlier hooks).
+    pub fn message(&self) -> &Msg {
+        &self.message
+    }
+
+    /// Replaces the message that is stored and acted on (its tool uses are what runs).
+    /// The role is forced to `Assistant`.
+    pub fn set_message(&mut self, mut message: Msg) {
+        message.role = Role::Assistant;
+        self.message = message;
+    }
+
+    /// Redo reasoning: the message is stored, then `messages` (typically a correction
+    /// hint), then the model is called again. Tool uses in the message that `messages`
+    /// supplies no result for get a synthetic error result ("not executed: reasoning was
+    /// redone"), so memory stays valid. Consecutive redos are bounded by the agent's
+    /// `max_gotos` (default 3); exceeding it fails the call with
+    /// [`ErrorKind::GotoLimit`](crate::ErrorKind::GotoLimit). A later call replaces an
+    /// earlier one's messages. [`PostReasoningEvent::stop_agent`] takes precedence.
+    pub fn goto_reasoning(&mut self, messages: Vec<Msg>) {
+        self.goto = Some(messages);
+    }
+
+    /// The messages of a pending redo, if one was requested.
+    pub fn goto_requested(&self) -> Option<&[Msg]> {
+        self.goto.as_deref()
+    }
+
+    /// Stop the loop after storing the message: the call returns it with its tool uses
+    /// pending; a later call on the same session with no new messages runs them and
+    /// continues. Cannot be undone by a later hook.
+    pub fn stop_agent(&mut self) {
+        self.stop = true;
+    }
+
+    /// Whether some hook requested a stop.
+    pub fn is_stop_requested(&self) -> bool {
+        self.stop
+    }
+
+    /// Token usage of this model call.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// The reasoning iteration, from 0.
+    pub fn iteration(&self) -> u32 {
+        self.iteration
+    }
+}
+
+/// Why and by whom a tool call was denied.
+#[derive(Clone, Debug)]
+pub(crate) struct Denial {
+    pub(crate) reason: String,
+    pub(crate) hook: Option<Arc<str>>,
+}
+
+/// Fires once per tool call, in call order, before any tool of the turn runs.
+#[derive(Debug)]
+pub struct PreActingEvent {
+    pub(crate) meta: EventMeta,
+    pub(crate) tool_use: ToolUse,
+    pub(crate) denial: Option<Denial>,
+}
+
+impl PreActingEvent {
+    /// The tool call as it will run (after earlier hooks' rewrites).
+    pub fn tool_use(&self) -> &ToolUse {
+        &self.tool_use
+    }
+
+    /// Rewrites the call: the new name and input are what runs *and* what memory
+    /// records. The id is kept (a changed id is ignored) so the result still pairs.
+    /// Ignored, with a warning, once the call was denied.
+    pub fn set_tool_use(&mut self, tool_use: ToolUse) {
+        if self.denial.is_some() {
+            tracing::warn!(
+                hook = self.meta.current_hook.as_deref(),
+                tool = %self.tool_use.name,
+                "set_tool_use ignored: the tool call was already denied"
+            );
+            return;
+        }
+        self.tool_use.name = tool_use.name;
+        self.tool_use.input = tool_use.input;
+    }
+
+    /// Denies the call: the tool does not run and the model receives an error result
+    /// with `reason`. Cannot be undone by a later hook; the first reason is kept.
+    pub fn deny(&mut self, reason: impl Into<String>) {
+        if self.denial.is_none() {
+            self.denial = Some(Denial {
+                reason: reason.into(),
+                hook: self.meta.current_hook.clone(),
+            });
+        }
+    }
+
+    /// Whether the call was denied.
+    pub fn is_denied(&self) -> bool {
+        self.denial.is_some()
+    }
+
+    /// The denial reason, if denied.
+    pub fn denial_reason(&self) -> Option<&str> {
+        self.denial.as_ref().map(|d| d.reason.as_str())
+    }
+
+    /// The name of the hook that denied the call, if denied.
+    pub fn denied_by(&self) -> Option<&str> {
+        self.denial.as_ref().and_then(|d| d.hook.as_deref())
+    }
+}
+
+/// Fires for each progress chunk a running tool emits. Read-only; never sent to the
+/// model.
+#[derive(Debug)]
+pub struct ActingChunkEvent {
+    pub(crate) meta: EventMeta,
+    pub(crate) tool_use: ToolUse,
+    pub(crate) chunk: String,
+}
+
+impl ActingChunkEvent {
+    /// The running call.
+    pub fn tool_use(&self) -> &ToolUse {
+        &self.tool_use
+    }
+
+    /// The progress text.
+    pub fn chunk(&self) -> &str {
+        &self.chunk
+    }
+}
+
+/// Fires once per tool call, in call order, after the turn's tools ran and before the
+/// result is stored.
+#[derive(Debug)]
+pub struct PostActingEvent {
+    pub(crate) meta: EventMeta,
+    pub(crate) tool_use: ToolUse,
+    pub(crate) result: ToolResult,
+    pub(crate) denied: bool,
+    pub(crate) stop: bool,
+}
+
+impl PostActingEvent {
+    /// The call that ran (or was denied).
+    pub fn tool_use(&self) -> &ToolUse {
+        &self.tool_use
+    }
+
+    /// The result (after earlier hooks' rewrites).
+    pub fn tool_result(&self) -> &ToolResult {
+        &self.result
+    }
+
+    /// Replaces the result: what is set is what memory records and the model reads. The
+    /// id and name are kept so the result still pairs with its call.
+    pub fn set_tool_result(&mut self, mut result: ToolResult) {
+        result.id.clone_from(&self.result.id);
+        result.name.clone_from(&self.result.name);
+        self.result = result;
+    }
+
+    /// Whether a `PreActing` hook denied this call (the tool did not run).
+    pub fn was_denied(&self) -> bool {
+        self.denied
+    }
+
+    /// Stop the loop once every result of this turn is stored. Honoured on any event of
+    /// the turn, not only the last. The call returns the turn's tool message; a later
+    /// call continues with reasoning.
+    pub fn stop_agent(&mut self) {
+        self.stop = true;
+    }
+
+    /// Whether some hook requested a stop on this event.
+    pub fn is_stop_requested(&self) -> bool {
+        self.stop
+    }
+}
+
+/// Fires before the summary model call, when the iteration limit is reached.
+#[derive(Debug)]
+pub struct PreSummaryEvent {
+    pub(crate) meta: EventMeta,
+    pub(crate) messages: Vec<Msg>,
+    pub(crate) options: GenerateOptions,
+    pub(crate) max_iters: u32,
+}
+
+impl PreSummaryEvent {
+    /// The messages the summary call receives: system message, conversation, and the
+    /// summarize instruction.
+    pub fn messages(&self) -> &[Msg] {
+        &self.messages
+    }
+
+    /// Replaces the summary call's messages (not persisted).
+    pub fn set_messages(&mut self, messages: Vec<Msg>) {
+        self.messages = messages;
+    }
+
+    /// The effective options for the summary call.
+    pub fn generate_options(&self) -> &GenerateOptions {
+        &self.options
+    }
+
+    /// Replaces the summary call's options.
+    pub fn set_generate_options(&mut self, options: GenerateOptions) {
+        self.options = options;
+    }
+
+    /// The iteration limit that was reached.
+    pub fn max_iters(&self) -> u32 {
+        self.max_iters
+    }
+}
+
+/// Fires for each chunk the model streams during the summary. Read-only.
+#[derive(Debug)]
+pub struct SummaryChunkEvent {
+    pub(crate) meta: EventMeta,
+    pub(crate) chunk: ModelChunk,
+    pub(crate) accumulated: Msg,
+}
+
+impl SummaryChunkEvent {
+    /// The chunk just received.
+    pub fn chunk(&self) -> &ModelChunk {
+        &self.chunk
+    }
+
+    /// The summary so far.
+    pub fn accumulated(&self) -> &Msg {
+        &self.accumulated
+    }
+}
+
+/// Fires after the summary model call, before the summary is stored and returned.
+#[derive(Debug)]
+pub struct PostSummaryEvent {
+    pub(crate) meta: EventMeta,
+    pub(crate) message: Msg,
+}
+
+impl PostSummaryEvent {
+    /// The summary message.
+    pub fn message(&self) -> &Msg {
+        &self.message
+    }
+
+    /// Replaces the summary that is stored and returned. The role is forced to
+    /// `Assistant`.
+    pub fn set_message(&mut self, mut message: Msg) {
+        message.role = Role::Assistant;
+        self.message = message;
+    }
+}
+
+/// Fires once per successful call, after the reply is final and stored.
+#[derive(Debug)]
+pub struct PostCallEvent {
+    pub(crate) meta: EventMeta,
+    pub(crate) message: Msg,
+    pub(crate) reason: StopReason,
+    pub(crate) usage: Usage,
+}
+
+impl PostCallEvent {
+    /// The reply the caller will get.
+    pub fn final_message(&self) -> &Msg {
+        &self.message
+    }
+
+    /// Replaces the reply the caller gets. The stored conversation keeps the original
+    /// (memory records what the model said; the caller sees the governed reply).
+    pub fn set_final_message(&mut self, message: Msg) {
+        self.message = message;
+    }
+
+    /// Why the loop ended.
+    pub fn reason(&self) -> StopReason {
+        self.reason
+    }
+
+    /// Token usage summed over the call's model calls.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+}
+
+/// Fires when the call fails, before the error is returned. Read-only.
+#[derive(Debug)]
+pub struct ErrorEvent {
+    pub(crate) meta: EventMeta,
+    pub(crate) error: Error,
+}
+
+impl ErrorEvent {
+    /// The error the caller will get.
+    pub fn error(&self) -> &Error {
+        &self.error
+    }
+}
+
+/// One lifecycle event, as hooks receive it. Match on it to reach the payload's
+/// mutators.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum HookEvent {
+    /// See [`PreCallEvent`].
+    PreCall(PreCallEvent),
+    /// See [`PreReasoningEvent`].
+    PreReasoning(PreReasoningEvent),
+    /// See [`ReasoningChunkEvent`].
+    ReasoningChunk(ReasoningChunkEvent),
+    /// See [`PostReasoningEvent`].
+    PostReasoning(PostReasoningEvent),
+    /// See [`PreActingEvent`].
+    PreActing(PreActingEvent),
+    /// See [`ActingChunkEvent`].
+    ActingChunk(ActingChunkEvent),
+    /// See [`PostActingEvent`].
+    PostActing(PostActingEvent),
+    /// See [`PreSummaryEvent`].
+    PreSummary(PreSummaryEvent),
+    /// See [`SummaryChunkEvent`].
+    SummaryChunk(SummaryChunkEvent),
+    /// See [`PostSummaryEvent`].
+    PostSummary(PostSummaryEvent),
+    /// See [`PostCallEvent`].
+    PostCall(PostCallEvent),
+    /// See [`ErrorEvent`].
+    Error(ErrorEvent),
+}
+
+macro_rules! each_event {
+    ($self:expr, $e:ident => $body:expr) => {
+        match $self {
+            HookEvent::PreCall($e) => $body,
+            HookEvent::PreReasoning($e) => $body,
+            HookEvent::ReasoningChunk($e) => $body,
+            HookEvent::PostReasoning($e) => $body,
+            HookEvent::PreActing($e) => $body,
+            HookEvent::ActingChunk($e) => $body,
+            HookEvent::PostActing($e) => $body,
+            HookEvent::PreSummary($e) => $body,
+            HookEvent::SummaryChunk($e) => $body,
+            HookEvent::PostSummary($e) => $body,
+            HookEvent::PostCall($e) => $body,
+            HookEvent::Error($e) => $body,
+        }
+    };
+}
+
+impl HookEvent {
+    /// The event's kind.
+    pub fn kind(&self) -> EventKind {
+        match self {
+            HookEvent::PreCall(_) => EventKind::PreCall,
+            HookEvent::PreReasoning(_) => EventKind::PreReasoning,
+            HookEvent::ReasoningChunk(_) => EventKind::ReasoningChunk,
+            HookEvent::PostReasoning(_) => EventKind::PostReasoning,
+            HookEvent::PreActing(_) => EventKind::PreActing,
+            HookEvent::ActingChunk(_) => EventKind::ActingChunk,
+            HookEvent::PostActing(_) => EventKind::PostActing,
+            HookEvent::PreSummary(_) => EventKind::PreSummary,
+            HookEvent::SummaryChunk(_) => EventKind::SummaryChunk,
+            HookEvent::PostSummary(_) => EventKind::PostSummary,
+            HookEvent::PostCall(_) => EventKind::PostCall,
+            HookEvent::Error(_) => EventKind::Error,
+        }
+    }
+
+    /// The agent whose loop fired the event.
+    pub fn agent(&self) -> &AgentInfo {
+        each_event!(self, e => &e.meta.agent)
+    }
+
+    /// The run context of the call.
+    pub fn context(&self) -> &RunContext {
+        each_event!(self, e => &e.meta.ctx)
+    }
+
+    pub(crate) fn meta_mut(&mut self) -> &mut EventMeta {
+        each_event!(self, e => &mut e.meta)
+    }
+}

@@ -1,0 +1,436 @@
+//! The typed hook chain.
+//!
+//! A [`Hook`] is code on the agent's path. The loop fires twelve [`HookEvent`]s (see
+//! [`EventKind`]); each event payload carries the agent identity, the run context and
+//! the mutators that event allows (rewrite the options, the tool arguments, the tool
+//! result, the final reply; deny a tool; redo reasoning; stop for a human).
+//!
+//! # Ordering and threading
+//! Hooks run sequentially in ascending [`Hook::priority`] (default 100); equal
+//! priorities keep registration order (builder hooks first, then registry hooks). Each
+//! hook receives the same `&mut` event, so a later hook sees what an earlier one wrote.
+//! Terminal decisions are sticky: once [`PreActingEvent::deny`] was called, no later hook
+//! can run the tool. The same hook instance (by `Arc` identity) registered several
+//! times — on the builder, in a [`HookRegistry`], or both — runs once per event.
+//!
+//! # Interest
+//! A hook declares the event kinds it wants with [`Hook::interest`]. The chain computes
+//! per-kind subscriber lists once, when the agent is built; an event no hook wants
+//! costs one branch and is never constructed, and an unsubscribed hook is never called.
+//!
+//! # Failure policy
+//! [`Hook::failure_policy`] says what the hook's errors mean. [`FailurePolicy::Abort`]
+//! (the default, for governance) aborts the call: the `Error` event fires and the caller
+//! gets an [`Error`](crate::Error) of kind [`ErrorKind::Hook`](crate::ErrorKind::Hook)
+//! naming the hook. [`FailurePolicy::Ignore`] (for observers) logs the error with
+//! `tracing` and continues. A panic inside a hook, or running past its
+//! [`Hook::timeout`], is caught and handled as that hook's error. Errors on chunk events
+//! (`ReasoningChunk`, `ActingChunk`, `SummaryChunk`) and on the `Error` event are
+//! always logged and never affect the loop.
+//!
+//! # Erasure
+//! `Hook` uses a native `async fn` (return-position `impl Future + Send`), so it is not
+//! object-safe. The chain stores hooks behind a private boxed twin trait; the boxing of
+//! each hook's future happens at that single boundary, only for hooks subscribed to the
+//! event being dispatched.
+
+mod chain;
+mod event;
+mod registry;
+
+pub(crate) use chain::HookChain;
+pub(crate) use event::EventMeta;
+pub use event::{
+    ActingChunkEvent, ErrorEvent, HookEvent, PostActingEvent, PostCallEvent, PostReasoningEvent,
+    PostSummaryEvent, PreActingEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent,
+    ReasoningChunkEvent, SummaryChunkEvent,
+};
+pub use registry::HookRegistry;
+
+use std::fmt;
+use std::future::Future;
+use std::ops::BitOr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::tool::Tool;
+
+/// A lifecycle hook.
+///
+/// Only [`Hook::on_event`] is required; everything else has a default. Implement it
+/// with `async fn`:
+///
+/// ```
+/// use rein::{Hook, HookEvent, HookError, EventKind, Interest};
+///
+/// struct NoRefunds;
+///
+/// impl Hook for NoRefunds {
+///     fn priority(&self) -> i32 { 20 }
+///     fn interest(&self) -> Interest { Interest::only(EventKind::PreActing) }
+///     async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+///         if let HookEvent::PreActing(e) = event {
+///             if e.tool_use().name == "issue_refund" {
+///                 e.deny("refunds need a human");
+///             }
+///         }
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait Hook: Send + Sync + 'static {
+    /// A name for logs, errors and audit records. Defaults to the type's name without
+    /// its module path.
+    fn name(&self) -> &str {
+        short_type_name(std::any::type_name::<Self>())
+    }
+
+    /// Position in the chain: lower runs first. Default 100. Suggested bands: 0–50
+    /// security, 51–100 high, 101–500 normal, 501–1000 logging and metrics.
+    fn priority(&self) -> i32 {
+        100
+    }
+
+    /// The event kinds this hook is called for. Default: every kind. Read once, when
+    /// the agent is built.
+    fn interest(&self) -> Interest {
+        Interest::ALL
+    }
+
+    /// What an error (or panic, or timeout) of this hook means. Default
+    /// [`FailurePolicy::Abort`]. Read once, when the agent is built.
+    fn failure_policy(&self) -> FailurePolicy {
+        FailurePolicy::Abort
+    }
+
+    /// How long one `on_event` may take before it counts as failed. Default `None`:
+    /// the agent's hook timeout applies (itself unset by default, meaning no limit).
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Whether subagents spawned by an agent with this hook also run it. Default
+    /// `true`: governance follows delegation.
+    fn propagate_to_subagents(&self) -> bool {
+        true
+    }
+
+    /// Checks the hook's configuration. Called once per `build()`; an error fails the
+    /// build with [`BuildErrorKind::InvalidHook`](crate::BuildErrorKind::InvalidHook)
+    /// naming the hook. Default: always valid.
+    fn validate(&self) -> Result<(), HookError> {
+        Ok(())
+    }
+
+    /// Tools this hook contributes. Called once per `build()` of each agent the hook is
+    /// installed on; the tools are registered on that agent's own copy of the toolkit.
+    /// A name clash with an existing tool is a build error. Default: none.
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        Vec::new()
+    }
+
+    /// Handles one event. Mutate the event through its payload's methods. Returning an
+    /// error is handled per [`Hook::failure_policy`].
+    fn on_event(&self, event: &mut HookEvent)
+    -> impl Future<Output = Result<(), HookError>> + Send;
+}
+
+/// `a::b::Foo<c::D>` → `Foo<c::D>`.
+fn short_type_name(full: &str) -> &str {
+    let head = full.find('<').unwrap_or(full.len());
+    match full[..head].rfind("::") {
+        Some(i) => &full[i + 2..],
+        None => full,
+    }
+}
+
+/// What a hook's failure means for the call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// The call aborts with a typed error; the `Error` event fires first.
+    #[default]
+    Abort,
+    /// The failure is logged with `tracing` and the call continues.
+    Ignore,
+}
+
+/// The twelve event kinds, in loop order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum EventKind {
+    /// Before anything else in a call.
+    PreCall = 0,
+    /// Before each model call of the reasoning loop.
+    PreReasoning = 1,
+    /// For each streamed model chunk (read-only).
+    ReasoningChunk = 2,
+    /// After each reasoning model call.
+    PostReasoning = 3,
+    /// Before each tool call.
+    PreActing = 4,
+    /// For each progress chunk a tool emits (read-only).
+    ActingChunk = 5,
+    /// After each tool call.
+    PostActing = 6,
+    /// Before the summary model call when the iteration limit is reached.
+    PreSummary = 7,
+    /// For each streamed chunk of the summary (read-only).
+    SummaryChunk = 8,
+    /// After the summary model call.
+    PostSummary = 9,
+    /// After the call produced its reply, before it is returned.
+    PostCall = 10,
+    /// When the call fails, before the error is returned (read-only).
+    Error = 11,
+}
+
+impl EventKind {
+    /// Every kind, in loop order.
+    pub const ALL: [EventKind; 12] = [
+        EventKind::PreCall,
+        EventKind::PreReasoning,
+        EventKind::ReasoningChunk,
+        EventKind::PostReasoning,
+        EventKind::PreActing,
+        EventKind::ActingChunk,
+        EventKind::PostActing,
+        EventKind::PreSummary,
+        EventKind::SummaryChunk,
+        EventKind::PostSummary,
+        EventKind::PostCall,
+        EventKind::Error,
+    ];
+
+    /// The kind's name, e.g. `"PreActing"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::PreCall => "PreCall",
+            EventKind::PreReasoning => "PreReasoning",
+            EventKind::ReasoningChunk => "ReasoningChunk",
+            EventKind::PostReasoning => "PostReasoning",
+            EventKind::PreActing => "PreActing",
+            EventKind::ActingChunk => "ActingChunk",
+            EventKind::PostActing => "PostActing",
+            EventKind::PreSummary => "PreSummary",
+            EventKind::SummaryChunk => "SummaryChunk",
+            EventKind::PostSummary => "PostSummary",
+            EventKind::PostCall => "PostCall",
+            EventKind::Error => "Error",
+        }
+    }
+
+    /// `true` for the read-only notification kinds whose hook errors never affect the
+    /// loop: the three chunk kinds and `Error`.
+    pub fn is_notification(self) -> bool {
+        matches!(
+            self,
+            EventKind::ReasoningChunk
+                | EventKind::ActingChunk
+                | EventKind::SummaryChunk
+                | EventKind::Error
+        )
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A set of [`EventKind`]s a hook subscribes to.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Interest(u16);
+
+impl Interest {
+    /// No events.
+    pub const NONE: Interest = Interest(0);
+    /// Every event kind.
+    pub const ALL: Interest = Interest((1 << 12) - 1);
+    /// Every kind except the three chunk kinds.
+    pub const LIFECYCLE: Interest = Interest(
+        Self::ALL.0
+            & !(1 << EventKind::ReasoningChunk as u16)
+            & !(1 << EventKind::ActingChunk as u16)
+            & !(1 << EventKind::SummaryChunk as u16),
+    );
+
+    /// Exactly one kind.
+    pub const fn only(kind: EventKind) -> Interest {
+        Interest(1 << kind as u16)
+    }
+
+    /// This set plus `kind`.
+    #[must_use]
+    pub const fn with(self, kind: EventKind) -> Interest {
+        Interest(self.0 | 1 << kind as u16)
+    }
+
+    /// This set minus `kind`.
+    #[must_use]
+    pub const fn without(self, kind: EventKind) -> Interest {
+        Interest(self.0 & !(1 << kind as u16))
+    }
+
+    /// The set of the given kinds.
+    pub fn of(kinds: impl IntoIterator<Item = EventKind>) -> Interest {
+        kinds.into_iter().fold(Interest::NONE, Interest::with)
+    }
+
+    /// Whether `kind` is in the set.
+    pub const fn contains(self, kind: EventKind) -> bool {
+        self.0 & (1 << kind as u16) != 0
+    }
+}
+
+impl BitOr for Interest {
+    type Output = Interest;
+    fn bitor(self, rhs: Interest) -> Interest {
+        Interest(self.0 | rhs.0)
+    }
+}
+
+impl BitOr<EventKind> for Interest {
+    type Output = Interest;
+    fn bitor(self, rhs: EventKind) -> Interest {
+        self.with(rhs)
+    }
+}
+
+impl fmt::Debug for Interest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set()
+            .entries(EventKind::ALL.iter().filter(|k| self.contains(**k)))
+            .finish()
+    }
+}
+
+/// An error a hook returns.
+#[derive(Debug)]
+pub struct HookError {
+    message: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl HookError {
+    /// An error with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches an underlying cause.
+    #[must_use]
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for HookError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for HookError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// The object-safe twin of [`Hook`]: the one place hook futures are boxed.
+pub(crate) trait DynHook: Send + Sync + 'static {
+    fn on_event_boxed<'a>(
+        &'a self,
+        event: &'a mut HookEvent,
+    ) -> BoxFuture<'a, Result<(), HookError>>;
+    fn name(&self) -> &str;
+    fn priority(&self) -> i32;
+    fn interest(&self) -> Interest;
+    fn failure_policy(&self) -> FailurePolicy;
+    fn timeout(&self) -> Option<Duration>;
+    fn validate(&self) -> Result<(), HookError>;
+    fn tools(&self) -> Vec<Arc<dyn Tool>>;
+}
+
+impl<H: Hook> DynHook for H {
+    fn on_event_boxed<'a>(
+        &'a self,
+        event: &'a mut HookEvent,
+    ) -> BoxFuture<'a, Result<(), HookError>> {
+        Box::pin(Hook::on_event(self, event))
+    }
+    fn name(&self) -> &str {
+        Hook::name(self)
+    }
+    fn priority(&self) -> i32 {
+        Hook::priority(self)
+    }
+    fn interest(&self) -> Interest {
+        Hook::interest(self)
+    }
+    fn failure_policy(&self) -> FailurePolicy {
+        Hook::failure_policy(self)
+    }
+    fn timeout(&self) -> Option<Duration> {
+        Hook::timeout(self)
+    }
+    fn validate(&self) -> Result<(), HookError> {
+        Hook::validate(self)
+    }
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        Hook::tools(self)
+    }
+}
+
+/// A hook as registered: the erased instance plus its identity for deduplication.
+#[derive(Clone)]
+pub(crate) struct RegisteredHook {
+    pub(crate) hook: Arc<dyn DynHook>,
+    /// Address of the shared allocation: equal for clones of one `Arc`.
+    pub(crate) identity: usize,
+}
+
+impl RegisteredHook {
+    fn new(hook: Arc<dyn DynHook>) -> Self {
+        let identity = Arc::as_ptr(&hook) as *const () as usize;
+        Self { hook, identity }
+    }
+}
+
+/// Conversion into a registered hook: implemented for every [`Hook`] value (a fresh
+/// instance) and for `Arc<H>` (a shared instance, deduplicated by `Arc` identity).
+pub trait IntoHook {
+    #[doc(hidden)]
+    fn into_registered(self) -> RegisteredHookHandle;
+}
+
+/// Opaque registration handle produced by [`IntoHook`].
+#[doc(hidden)]
+pub struct RegisteredHookHandle(pub(crate) RegisteredHook);
+
+impl<H: Hook> IntoHook for H {
+    fn into_registered(self) -> RegisteredHookHandle {
+        RegisteredHookHandle(RegisteredHook::new(Arc::new(self)))
+    }
+}
+
+impl<H: Hook> IntoHook for Arc<H> {
+    fn into_registered(self) -> RegisteredHookHandle {
+        RegisteredHookHandle(RegisteredHook::new(self))
+    }
+}

@@ -1,0 +1,100 @@
+//! # rein — an embeddable agent runtime you can govern
+//!
+//! A prompt can tell a model "never claim a refund was paid"; the model can still
+//! sample the sentence. Only code on the path can guarantee it. `rein` is that path: a
+//! ReAct agent loop whose every step passes through a typed, priority-ordered chain of
+//! [`Hook`]s that can observe and *change* what happens — rewrite the model options,
+//! the tool arguments, the tool results and the final reply; deny a tool call; make the
+//! model think again; stop for a human.
+//!
+//! ```
+//! use rein::*;
+//! use serde_json::json;
+//!
+//! /// Refuses refunds above 100, whatever the model decides.
+//! struct RefundCap;
+//!
+//! impl Hook for RefundCap {
+//!     fn priority(&self) -> i32 { 20 }
+//!     fn interest(&self) -> Interest { Interest::only(EventKind::PreActing) }
+//!     async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+//!         if let HookEvent::PreActing(e) = event {
+//!             let amount = e.tool_use().input["amount"].as_f64().unwrap_or(0.0);
+//!             if e.tool_use().name == "refund" && amount > 100.0 {
+//!                 e.deny("refunds above 100 need a human");
+//!             }
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut tools = Toolkit::new();
+//! tools.register(FunctionTool::new(
+//!     "refund",
+//!     "Refunds an order.",
+//!     json!({"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]}),
+//!     |_args| async { Ok("refunded".to_string()) },
+//! ))?;
+//! let model = ScriptedModel::new([
+//!     ScriptedTurn::tool_call("refund", json!({"amount": 500})),
+//!     ScriptedTurn::text("I could not refund that; a colleague will follow up."),
+//! ]);
+//! let agent = Agent::builder().model(model.clone()).toolkit(tools).hook(RefundCap).build()?;
+//! let reply = agent.call(Msg::user("refund my order")).await?;
+//! assert!(reply.text().contains("colleague"));
+//! // The model was told why: the denial reached it as an error tool result.
+//! let second = &model.requests()[1];
+//! assert!(second.messages.iter().any(|m| m.tool_results().iter().any(|r| r.is_error)));
+//! # Ok(()) }
+//! ```
+//!
+//! ## The model
+//! - [`Agent`] runs the loop (see [`agent`] for the diagram and memory rules).
+//! - [`Hook`] is the one trait you implement; [`HookEvent`] is what it receives. Hooks
+//!   run in ascending priority, ties in registration order, and rewrites are threaded
+//!   (see [`hook`]).
+//! - [`Model`] streams chunks; [`ScriptedModel`] is the offline model for tests.
+//! - [`Tool`]s live in a [`Toolkit`]; their arguments are validated against their JSON
+//!   Schema, and every failure becomes an error result the model can read.
+//! - Failures of a call are values: [`Error`] with an [`ErrorKind`]; building fails
+//!   with a [`BuildError`].
+//!
+//! ## Guarantees
+//! 1. A hook installed on an agent sees every event of that agent.
+//! 2. Memory is always valid: every stored tool use has exactly one result, whatever a
+//!    hook does, whatever fails, and when a call's future is dropped.
+//! 3. Ordering is explicit and a denial cannot be undone.
+//! 4. Observing is nearly free: an event no hook subscribed to is never built.
+//! 5. Per-call state lives in the call ([`RunContext::extensions`]), not in hooks.
+//! 6. Each hook decides whether its failures abort the call or are only logged;
+//!    panics and timeouts count as failures; the caller never sees a panic.
+
+pub mod agent;
+mod error;
+pub mod hook;
+mod message;
+pub mod model;
+pub mod tool;
+mod util;
+
+pub use agent::{
+    Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions, RunContext,
+    SessionKey, SessionStore, StopReason, StoreError,
+};
+pub use error::{BuildError, BuildErrorKind, Error, ErrorKind, HookFailureKind};
+pub use hook::{
+    ActingChunkEvent, ErrorEvent, EventKind, FailurePolicy, Hook, HookError, HookEvent,
+    HookRegistry, Interest, IntoHook, PostActingEvent, PostCallEvent, PostReasoningEvent,
+    PostSummaryEvent, PreActingEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent,
+    ReasoningChunkEvent, SummaryChunkEvent,
+};
+pub use message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
+pub use model::{
+    FinishReason, GenerateOptions, Model, ModelChunk, ModelError, ModelErrorKind, ModelRequest,
+    ModelStream, ScriptedModel, ScriptedTurn, ToolChoice, Usage,
+};
+pub use tool::{
+    FunctionTool, IntoTool, Tool, ToolContext, ToolError, ToolSchema, Toolkit, ToolkitError,
+};

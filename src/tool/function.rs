@@ -1,0 +1,128 @@
+//! A tool made from a closure.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use super::{Tool, ToolContext, ToolError};
+
+type Handler =
+    dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<String, ToolError>> + Send + Sync;
+
+/// A [`Tool`] backed by an async closure.
+///
+/// ```
+/// use rein::{FunctionTool, ToolError};
+/// use serde_json::json;
+/// let add = FunctionTool::new(
+///     "add",
+///     "Adds two numbers.",
+///     json!({"type": "object",
+///            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+///            "required": ["a", "b"]}),
+///     |args| async move {
+///         let a = args["a"].as_f64().ok_or_else(|| ToolError::new("a must be a number"))?;
+///         let b = args["b"].as_f64().ok_or_else(|| ToolError::new("b must be a number"))?;
+///         Ok((a + b).to_string())
+///     },
+/// );
+/// # let _ = add;
+/// ```
+#[derive(Clone)]
+pub struct FunctionTool {
+    name: String,
+    description: String,
+    parameters: Value,
+    concurrency_safe: bool,
+    timeout: Option<Duration>,
+    handler: Arc<Handler>,
+}
+
+impl FunctionTool {
+    /// A tool that runs `f` with the validated arguments.
+    pub fn new<F, Fut>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+        f: F,
+    ) -> Self
+    where
+        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<String, ToolError>> + Send + 'static,
+    {
+        Self::with_context(name, description, parameters, move |v, _ctx| f(v))
+    }
+
+    /// Like [`FunctionTool::new`], but `f` also receives the [`ToolContext`] (run ids,
+    /// extensions, progress emission).
+    pub fn with_context<F, Fut>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+        f: F,
+    ) -> Self
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<String, ToolError>> + Send + 'static,
+    {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+            concurrency_safe: true,
+            timeout: None,
+            handler: Arc::new(move |v, ctx| f(v, ctx).boxed()),
+        }
+    }
+
+    /// Marks the tool as not safe to run concurrently with other calls: it then runs
+    /// alone in its turn.
+    #[must_use]
+    pub fn not_concurrency_safe(mut self) -> Self {
+        self.concurrency_safe = false;
+        self
+    }
+
+    /// Sets a timeout for this tool, overriding the agent's tool timeout.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
+impl fmt::Debug for FunctionTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FunctionTool")
+            .field("name", &self.name)
+            .field("concurrency_safe", &self.concurrency_safe)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tool for FunctionTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn parameters(&self) -> Value {
+        self.parameters.clone()
+    }
+    fn concurrency_safe(&self) -> bool {
+        self.concurrency_safe
+    }
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+    fn call(&self, input: Value, ctx: ToolContext) -> BoxFuture<'_, Result<String, ToolError>> {
+        (self.handler)(input, ctx)
+    }
+}

@@ -1,0 +1,176 @@
+//! Tools: what the model can call.
+//!
+//! A [`Tool`] has a name, a description and a JSON Schema for its arguments, and runs
+//! asynchronously. Tools are object-safe (`Arc<dyn Tool>`) and shared: a [`Toolkit`]
+//! holds them in registration order, and [`Toolkit::copy`] shares the instances.
+//!
+//! Before a tool runs, the loop validates the model's arguments against the tool's
+//! schema (compiled once, at registration). Every failure — invalid or malformed
+//! arguments, an unknown tool, a [`ToolError`], a panic, a timeout, a denial by a hook —
+//! becomes an error [`ToolResult`](crate::ToolResult) the model can read, naming the tool
+//! and, for validation, the failing field. The loop then continues.
+//!
+//! Tool calls of one model turn run concurrently, results kept in call order; a tool
+//! that reports `concurrency_safe() == false` runs alone (calls before it finish first,
+//! calls after it wait).
+
+mod function;
+mod toolkit;
+
+pub use function::FunctionTool;
+pub use toolkit::{Toolkit, ToolkitError};
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::agent::{AgentInfo, RunContext};
+
+/// A tool's description as offered to the model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolSchema {
+    /// The name the model calls.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: Value,
+}
+
+/// A callable tool.
+///
+/// Implement this for tools with state or custom behaviour; [`FunctionTool`] wraps a
+/// closure. The trait is object-safe; the runtime holds tools as `Arc<dyn Tool>`.
+pub trait Tool: Send + Sync + 'static {
+    /// The name the model calls. Must be unique within a toolkit.
+    fn name(&self) -> &str;
+
+    /// What the tool does, for the model.
+    fn description(&self) -> &str;
+
+    /// JSON Schema of the arguments: an object schema. Validated when the tool is
+    /// registered; an invalid schema is a registration (and so a build) error.
+    fn parameters(&self) -> Value;
+
+    /// Whether this tool may run concurrently with other calls of the same turn.
+    /// Default `true`.
+    fn concurrency_safe(&self) -> bool {
+        true
+    }
+
+    /// A per-tool timeout overriding the agent's tool timeout. Default `None`.
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Runs the tool with validated arguments. The returned text is what the model
+    /// reads; an `Err` becomes an error result.
+    fn call(&self, input: Value, ctx: ToolContext) -> BoxFuture<'_, Result<String, ToolError>>;
+}
+
+/// An error a tool returns. Its message is shown to the model (prefixed with the tool
+/// name), so write it for the model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolError {
+    message: String,
+}
+
+impl ToolError {
+    /// An error with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ToolError {}
+
+/// A progress chunk a running tool emitted, routed to `ActingChunk` hooks.
+#[derive(Debug)]
+pub(crate) struct ProgressChunk {
+    pub(crate) index: usize,
+    pub(crate) text: String,
+}
+
+/// What a running tool knows about its call.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    pub(crate) run: RunContext,
+    pub(crate) agent: Arc<AgentInfo>,
+    pub(crate) tool_use_id: String,
+    pub(crate) index: usize,
+    pub(crate) progress: Option<UnboundedSender<ProgressChunk>>,
+}
+
+impl ToolContext {
+    /// The run context of the agent call (ids and typed extensions).
+    pub fn run(&self) -> &RunContext {
+        &self.run
+    }
+
+    /// The agent running the tool.
+    pub fn agent(&self) -> &AgentInfo {
+        &self.agent
+    }
+
+    /// The id of the tool use being executed.
+    pub fn tool_use_id(&self) -> &str {
+        &self.tool_use_id
+    }
+
+    /// Emits a progress chunk. It fires an `ActingChunk` hook event and, on
+    /// `Agent::stream`, a progress item; it is never sent to the model. A no-op when
+    /// nothing listens.
+    pub fn emit(&self, text: impl Into<String>) {
+        if let Some(tx) = &self.progress {
+            // The receiver lives as long as the acting step; a send after it ended is
+            // dropped on purpose.
+            let _ = tx.send(ProgressChunk {
+                index: self.index,
+                text: text.into(),
+            });
+        }
+    }
+}
+
+/// Conversion into a shared tool: implemented for every [`Tool`] value, for `Arc<T>`
+/// of one, and for `Arc<dyn Tool>`. Registering an `Arc` shares that instance.
+pub trait IntoTool {
+    /// The shared tool.
+    fn into_tool(self) -> Arc<dyn Tool>;
+}
+
+impl<T: Tool> IntoTool for T {
+    fn into_tool(self) -> Arc<dyn Tool> {
+        Arc::new(self)
+    }
+}
+
+impl<T: Tool> IntoTool for Arc<T> {
+    fn into_tool(self) -> Arc<dyn Tool> {
+        self
+    }
+}
+
+impl IntoTool for Arc<dyn Tool> {
+    fn into_tool(self) -> Arc<dyn Tool> {
+        self
+    }
+}

@@ -1,0 +1,305 @@
+//! The ordered tool registry and argument validation.
+
+use std::fmt;
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use serde_json::Value;
+
+use super::{IntoTool, Tool, ToolSchema};
+
+/// Why a toolkit operation failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolkitError {
+    /// A tool with this name is already registered (use
+    /// [`Toolkit::register_or_replace`] to replace it on purpose).
+    #[error("duplicate tool name `{0}`: a tool with this name is already registered")]
+    DuplicateName(String),
+    /// The tool's parameter schema is not a valid JSON Schema for an arguments object.
+    #[error("tool `{tool}` has an invalid parameter schema: {message}")]
+    InvalidSchema {
+        /// The tool's name.
+        tool: String,
+        /// What is wrong with the schema.
+        message: String,
+    },
+    /// The tool name is empty or contains characters providers reject.
+    #[error("invalid tool name `{0}`: use 1-64 characters from [A-Za-z0-9_.-]")]
+    InvalidName(String),
+    /// Deletion is disabled on this toolkit.
+    #[error("cannot remove tool `{0}`: deletion is disabled on this toolkit")]
+    DeletionDisabled(String),
+}
+
+/// A registered tool with its schema and compiled validator. Shared between copies.
+pub(crate) struct ToolEntry {
+    pub(crate) tool: Arc<dyn Tool>,
+    pub(crate) schema: ToolSchema,
+    validator: jsonschema::Validator,
+    /// Top-level properties not listed in `required`, for null pruning.
+    optional: Vec<String>,
+}
+
+impl fmt::Debug for ToolEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolEntry")
+            .field("name", &self.schema.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolEntry {
+    fn new(tool: Arc<dyn Tool>) -> Result<Self, ToolkitError> {
+        let name = tool.name().to_owned();
+        let valid_name = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if !valid_name {
+            return Err(ToolkitError::InvalidName(name));
+        }
+        let parameters = tool.parameters();
+        let invalid = |message: String| ToolkitError::InvalidSchema {
+            tool: name.clone(),
+            message,
+        };
+        let Some(obj) = parameters.as_object() else {
+            return Err(invalid("the schema must be a JSON object".to_owned()));
+        };
+        match obj.get("type") {
+            None => {}
+            Some(Value::String(t)) if t == "object" => {}
+            Some(other) => {
+                return Err(invalid(format!(
+                    "the arguments schema must have \"type\": \"object\", found {other}"
+                )));
+            }
+        }
+        let validator =
+            jsonschema::validator_for(&parameters).map_err(|e| invalid(e.to_string()))?;
+        let required: Vec<&str> = obj
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let optional = obj
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| {
+                p.keys()
+                    .filter(|k| !required.contains(&k.as_str()))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let schema = ToolSchema {
+            name,
+            description: tool.description().to_owned(),
+            parameters,
+        };
+        Ok(Self {
+            tool,
+            schema,
+            validator,
+            optional,
+        })
+    }
+
+    /// Turns the model's raw arguments into the value the tool receives, or a message
+    /// for the model saying what is wrong (naming the failing field).
+    ///
+    /// Raw text that is not JSON (kept as a string by the loop) is parsed; an empty
+    /// string means `{}`. Arguments must be an object. Explicit `null`s for optional
+    /// top-level properties are dropped before validation.
+    pub(crate) fn prepare(&self, input: &Value) -> Result<Value, String> {
+        let mut value = match input {
+            Value::String(raw) if raw.trim().is_empty() => Value::Object(Default::default()),
+            Value::String(raw) => match serde_json::from_str::<Value>(raw) {
+                Ok(v @ Value::Object(_)) => v,
+                Ok(other) => {
+                    return Err(format!("expected a JSON object, got {}", json_type(&other)));
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "the arguments are not valid JSON ({e}): {}",
+                        crate::util::truncate(raw, 200)
+                    ));
+                }
+            },
+            Value::Object(_) => input.clone(),
+            other => return Err(format!("expected a JSON object, got {}", json_type(other))),
+        };
+        if let Value::Object(map) = &mut value {
+            for key in &self.optional {
+                if map.get(key).is_some_and(Value::is_null) {
+                    map.remove(key);
+                }
+            }
+        }
+        let errors: Vec<String> = self
+            .validator
+            .iter_errors(&value)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                if path.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("at `{path}`: {e}")
+                }
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(value)
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// An ordered set of tools, keyed by name.
+///
+/// - Registration order is the order of [`Toolkit::names`] and of the schemas offered
+///   to the model, so requests are deterministic.
+/// - Registering a name twice is an error; [`Toolkit::register_or_replace`] replaces on
+///   purpose (keeping the original position).
+/// - Each tool's parameter schema is validated and compiled at registration.
+/// - Deletion can be disabled ([`Toolkit::disable_deletion`]); [`Toolkit::remove`]
+///   then returns an error instead of silently doing nothing.
+/// - [`Toolkit::copy`] gives an independent registry that shares the tool instances.
+///
+/// An agent takes its own copy at build time, so changing the toolkit afterwards does
+/// not affect built agents.
+#[derive(Debug, Default)]
+pub struct Toolkit {
+    entries: IndexMap<String, Arc<ToolEntry>>,
+    deletion_disabled: bool,
+}
+
+impl Toolkit {
+    /// An empty toolkit with deletion enabled.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a tool (a value, an `Arc` of one, or an `Arc<dyn Tool>`).
+    ///
+    /// # Errors
+    /// [`ToolkitError::DuplicateName`] if the name is taken,
+    /// [`ToolkitError::InvalidName`] for an empty or non-portable name, and
+    /// [`ToolkitError::InvalidSchema`] if the parameter schema is invalid.
+    pub fn register(&mut self, tool: impl IntoTool) -> Result<(), ToolkitError> {
+        let entry = ToolEntry::new(tool.into_tool())?;
+        if self.entries.contains_key(&entry.schema.name) {
+            return Err(ToolkitError::DuplicateName(entry.schema.name.clone()));
+        }
+        self.entries
+            .insert(entry.schema.name.clone(), Arc::new(entry));
+        Ok(())
+    }
+
+    /// Registers a tool, replacing a same-name tool in place. Returns the replaced tool.
+    ///
+    /// # Errors
+    /// As [`Toolkit::register`], except for duplicates; replacing is refused with
+    /// [`ToolkitError::DeletionDisabled`] when deletion is disabled.
+    pub fn register_or_replace(
+        &mut self,
+        tool: impl IntoTool,
+    ) -> Result<Option<Arc<dyn Tool>>, ToolkitError> {
+        let entry = ToolEntry::new(tool.into_tool())?;
+        let name = entry.schema.name.clone();
+        if self.deletion_disabled && self.entries.contains_key(&name) {
+            return Err(ToolkitError::DeletionDisabled(name));
+        }
+        Ok(self
+            .entries
+            .insert(name, Arc::new(entry))
+            .map(|old| Arc::clone(&old.tool)))
+    }
+
+    /// Tool names in registration order.
+    pub fn names(&self) -> Vec<String> {
+        self.entries.keys().cloned().collect()
+    }
+
+    /// Tool schemas in registration order.
+    pub fn schemas(&self) -> Vec<ToolSchema> {
+        self.entries.values().map(|e| e.schema.clone()).collect()
+    }
+
+    /// The tool with this name.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.entries.get(name).map(|e| Arc::clone(&e.tool))
+    }
+
+    /// `true` if a tool with this name is registered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.entries.contains_key(name)
+    }
+
+    /// Number of tools.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// `true` if there are no tools.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Removes a tool. Returns whether it was present. Later tools keep their order.
+    ///
+    /// # Errors
+    /// [`ToolkitError::DeletionDisabled`] if deletion is disabled (whether or not the
+    /// tool is present).
+    pub fn remove(&mut self, name: &str) -> Result<bool, ToolkitError> {
+        if self.deletion_disabled {
+            return Err(ToolkitError::DeletionDisabled(name.to_owned()));
+        }
+        Ok(self.entries.shift_remove(name).is_some())
+    }
+
+    /// Disables deletion: [`Toolkit::remove`] and replacing registrations fail from now
+    /// on, on this toolkit and its copies.
+    pub fn disable_deletion(&mut self) {
+        self.deletion_disabled = true;
+    }
+
+    /// Builder-style [`Toolkit::disable_deletion`].
+    #[must_use]
+    pub fn without_deletion(mut self) -> Self {
+        self.disable_deletion();
+        self
+    }
+
+    /// Whether [`Toolkit::remove`] is allowed.
+    pub fn deletion_allowed(&self) -> bool {
+        !self.deletion_disabled
+    }
+
+    /// An independent toolkit with the same tools (the instances are shared, not
+    /// cloned), the same order and the same deletion setting.
+    pub fn copy(&self) -> Toolkit {
+        Toolkit {
+            entries: self.entries.clone(),
+            deletion_disabled: self.deletion_disabled,
+        }
+    }
+
+    pub(crate) fn entry(&self, name: &str) -> Option<&Arc<ToolEntry>> {
+        self.entries.get(name)
+    }
+}

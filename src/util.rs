@@ -1,0 +1,56 @@
+//! Small internal helpers.
+
+use std::any::Any;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A process-unique id `"{prefix}_{16 hex digits}"`.
+///
+/// Uniqueness inside a process comes from a counter; across processes the counter is
+/// offset by a per-process seed taken from the clock and the process id, so ids written
+/// to a shared store by two processes do not collide in practice.
+pub(crate) fn new_id(prefix: &str) -> String {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let seed = *SEED.get_or_init(|| {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        mix(nanos ^ (u64::from(std::process::id()) << 32))
+    });
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}_{:016x}", mix(seed.wrapping_add(n)))
+}
+
+/// SplitMix64 finaliser: a bijection, so distinct inputs give distinct ids.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The message of a caught panic payload.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
+
+/// `text` cut to at most `max` bytes on a char boundary, with `…` when cut.
+pub(crate) fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}

@@ -1,0 +1,402 @@
+//! goto_reasoning, stop_agent and resume, the iteration limit.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use rein::*;
+use serde_json::json;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn goto_reasoning_redoes_the_step_with_the_hint_and_keeps_memory_valid() {
+    let log = Log::default();
+    let model = ScriptedModel::new([
+        ScriptedTurn::text("Your refund was paid."),
+        ScriptedTurn::text("I have submitted your refund request."),
+    ]);
+    let agent = builder(&model)
+        .hook(
+            FnHook::new("self-correct", |e| {
+                if let HookEvent::PostReasoning(e) = e
+                    && e.message().text().contains("was paid")
+                {
+                    e.goto_reasoning(vec![Msg::user("Do not claim payment without a tool call.")]);
+                }
+                Ok(())
+            })
+            .on(EventKind::PostReasoning),
+        )
+        .toolkit(toolkit_with(vec![add_tool(&log)]))
+        .build()
+        .unwrap();
+    let out = agent
+        .run(vec![Msg::user("refund?")], session("g1"))
+        .await
+        .unwrap();
+    assert_eq!(out.reply.text(), "I have submitted your refund request.");
+    assert_eq!(out.model_calls, 2);
+    let second = &model.requests()[1].messages;
+    assert_eq!(
+        second.last().unwrap().text(),
+        "Do not claim payment without a tool call."
+    );
+    assert!(second.iter().any(|m| m.text() == "Your refund was paid."));
+}
+
+#[tokio::test]
+async fn goto_reasoning_with_a_pending_tool_use_gets_a_synthetic_result() {
+    let log = Log::default();
+    let fired = Arc::new(AtomicU32::new(0));
+    let fired2 = Arc::clone(&fired);
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_calls(vec![
+            ("add", json!({"a": 1, "b": 2})),
+            ("add", json!({"a": 3, "b": 4})),
+        ]),
+        ScriptedTurn::text("fine"),
+    ]);
+    let agent = builder(&model)
+        .toolkit(toolkit_with(vec![add_tool(&log)]))
+        .hook(
+            FnHook::new("redo", move |e| {
+                if let HookEvent::PostReasoning(e) = e
+                    && e.message().has_tool_uses()
+                    && fired2.fetch_add(1, Ordering::SeqCst) == 0
+                {
+                    // Supplies a result for the second call only.
+                    let second = e.message().tool_uses()[1].clone();
+                    e.goto_reasoning(vec![
+                        Msg::tool([ToolResult::new(second.id, second.name, "7 (precomputed)")]),
+                        Msg::user("think again"),
+                    ]);
+                }
+                Ok(())
+            })
+            .on(EventKind::PostReasoning),
+        )
+        .build()
+        .unwrap();
+    agent.call(Msg::user("add twice")).await.unwrap();
+    assert!(log.entries().is_empty(), "no tool ran");
+    let stored = agent.messages(&key("default")).await;
+    assert_memory_valid(&stored);
+    let results = results_in_request(&model, 1);
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0].0, "call_1_0");
+    assert!(results[0].1);
+    assert!(results[0].2.contains("reasoning was redone"));
+    assert_eq!(
+        results[1],
+        ("call_1_1".to_string(), false, "7 (precomputed)".to_string())
+    );
+    assert_eq!(
+        model.requests()[1].messages.last().unwrap().text(),
+        "think again"
+    );
+}
+
+#[tokio::test]
+async fn consecutive_gotos_are_bounded_by_max_gotos() {
+    let model = ScriptedModel::new((0..10).map(|i| ScriptedTurn::text(format!("try {i}"))));
+    let agent = builder(&model)
+        .max_gotos(2)
+        .hook(
+            FnHook::new("never-happy", |e| {
+                if let HookEvent::PostReasoning(e) = e {
+                    e.goto_reasoning(vec![Msg::user("again")]);
+                }
+                Ok(())
+            })
+            .on(EventKind::PostReasoning),
+        )
+        .build()
+        .unwrap();
+    let err = agent.call(Msg::user("hi")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::GotoLimit);
+    assert!(err.to_string().contains("more than 2"), "{err}");
+    assert_eq!(model.requests().len(), 3, "one call plus two redos");
+    assert_memory_valid(&agent.messages(&key("default")).await);
+}
+
+#[tokio::test]
+async fn the_default_goto_bound_is_three() {
+    let model = ScriptedModel::new((0..10).map(|i| ScriptedTurn::text(format!("try {i}"))));
+    let agent = builder(&model)
+        .hook(
+            FnHook::new("never-happy", |e| {
+                if let HookEvent::PostReasoning(e) = e {
+                    e.goto_reasoning(vec![Msg::user("again")]);
+                }
+                Ok(())
+            })
+            .on(EventKind::PostReasoning),
+        )
+        .build()
+        .unwrap();
+    assert_eq!(
+        agent.call(Msg::user("hi")).await.unwrap_err().kind(),
+        ErrorKind::GotoLimit
+    );
+    assert_eq!(model.requests().len(), 4);
+}
+
+fn stop_on_tool_use() -> FnHook {
+    FnHook::new("approval", |e| {
+        if let HookEvent::PostReasoning(e) = e
+            && e.message().has_tool_uses()
+            && e.context().extensions().get::<Approved>().is_none()
+        {
+            e.stop_agent();
+        }
+        Ok(())
+    })
+    .on(EventKind::PostReasoning)
+}
+
+struct Approved;
+
+#[tokio::test]
+async fn stop_in_post_reasoning_returns_pending_tool_uses_and_a_later_empty_call_resumes_them() {
+    let log = Log::default();
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("add", json!({"a": 2, "b": 3})),
+        ScriptedTurn::text("5"),
+    ]);
+    let agent = builder(&model)
+        .toolkit(toolkit_with(vec![add_tool(&log)]))
+        .hook(stop_on_tool_use())
+        .build()
+        .unwrap();
+    let out = agent
+        .run(vec![Msg::user("2+3")], session("hitl"))
+        .await
+        .unwrap();
+    assert_eq!(out.reason, StopReason::ReasoningStopped);
+    assert_eq!(out.reply.tool_uses().len(), 1);
+    assert!(log.entries().is_empty(), "nothing ran before approval");
+    let stored = agent.messages(&key("hitl")).await;
+    assert!(
+        stored.last().unwrap().has_tool_uses(),
+        "tool use left pending for resume"
+    );
+
+    let ctx = session("hitl");
+    ctx.extensions().insert(Approved);
+    let out = agent.run(vec![], ctx).await.unwrap();
+    assert_eq!(out.reason, StopReason::Final);
+    assert_eq!(out.reply.text(), "5");
+    assert_eq!(log.entries(), ["add:2+3"]);
+    assert_memory_valid(&agent.messages(&key("hitl")).await);
+}
+
+#[tokio::test]
+async fn new_input_after_a_stop_marks_the_pending_tool_uses_not_executed() {
+    let log = Log::default();
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("add", json!({"a": 2, "b": 3})),
+        ScriptedTurn::text("ok, never mind"),
+    ]);
+    let agent = builder(&model)
+        .toolkit(toolkit_with(vec![add_tool(&log)]))
+        .hook(stop_on_tool_use())
+        .build()
+        .unwrap();
+    agent
+        .run(vec![Msg::user("2+3")], session("s"))
+        .await
+        .unwrap();
+    let ctx = session("s");
+    ctx.extensions().insert(Approved);
+    let reply = agent
+        .call_with(vec![Msg::user("forget it")], ctx)
+        .await
+        .unwrap();
+    assert_eq!(reply.text(), "ok, never mind");
+    assert!(log.entries().is_empty());
+    let stored = agent.messages(&key("s")).await;
+    assert_memory_valid(&stored);
+    let r = &results_in_request(&model, 1)[0];
+    assert!(r.1 && r.2.contains("not executed"), "{r:?}");
+}
+
+#[tokio::test]
+async fn tool_results_supplied_after_a_stop_are_recorded_instead_of_running_the_tool() {
+    let log = Log::default();
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("add", json!({"a": 2, "b": 3})),
+        ScriptedTurn::text("the human says 6"),
+    ]);
+    let agent = builder(&model)
+        .toolkit(toolkit_with(vec![add_tool(&log)]))
+        .hook(stop_on_tool_use())
+        .build()
+        .unwrap();
+    let out = agent
+        .run(vec![Msg::user("2+3")], session("ext"))
+        .await
+        .unwrap();
+    let id = out.reply.tool_uses()[0].id.clone();
+    let ctx = session("ext");
+    ctx.extensions().insert(Approved);
+    let reply = agent
+        .call_with(vec![Msg::tool([ToolResult::new(&id, "add", "6")])], ctx)
+        .await
+        .unwrap();
+    assert_eq!(reply.text(), "the human says 6");
+    assert!(log.entries().is_empty());
+    assert_eq!(
+        results_in_request(&model, 1),
+        [(id, false, "6".to_string())]
+    );
+}
+
+#[tokio::test]
+async fn a_result_for_a_call_that_is_not_pending_is_invalid_input() {
+    let model = ScriptedModel::new([ScriptedTurn::text("never")]);
+    let agent = builder(&model).build().unwrap();
+    let err = agent
+        .call_with(
+            vec![Msg::tool([ToolResult::new("nope", "add", "1")])],
+            RunContext::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("`nope`"), "{err}");
+}
+
+#[tokio::test]
+async fn stop_on_any_post_acting_of_a_batch_stops_the_loop() {
+    let log = Log::default();
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_calls(vec![
+            ("add", json!({"a": 1, "b": 1})),
+            ("add", json!({"a": 2, "b": 2})),
+            ("add", json!({"a": 3, "b": 3})),
+        ]),
+        ScriptedTurn::text("after resume"),
+    ]);
+    let agent = builder(&model)
+        .toolkit(toolkit_with(vec![add_tool(&log)]))
+        .hook(
+            FnHook::new("stop-on-first", |e| {
+                if let HookEvent::PostActing(e) = e
+                    && e.tool_use().input["a"] == 1
+                {
+                    e.stop_agent();
+                }
+                Ok(())
+            })
+            .on(EventKind::PostActing),
+        )
+        .build()
+        .unwrap();
+    let out = agent
+        .run(vec![Msg::user("go")], session("b"))
+        .await
+        .unwrap();
+    assert_eq!(out.reason, StopReason::ActingStopped);
+    assert_eq!(out.reply.role, Role::Tool);
+    assert_eq!(
+        out.reply.tool_results().len(),
+        3,
+        "every result of the turn is stored"
+    );
+    assert_eq!(model.requests().len(), 1, "no reasoning after the stop");
+    assert_memory_valid(&agent.messages(&key("b")).await);
+    let reply = agent.call_with(vec![], session("b")).await.unwrap();
+    assert_eq!(reply.text(), "after resume");
+}
+
+#[tokio::test]
+async fn the_iteration_limit_ends_with_a_summary_call_without_tools() {
+    let log = Log::default();
+    let seen = Log::default();
+    let seen2 = seen.clone();
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("add", json!({"a": 1, "b": 1})),
+        ScriptedTurn::tool_call("add", json!({"a": 2, "b": 2})),
+        ScriptedTurn::text("summary: I added things"),
+    ]);
+    let agent = builder(&model)
+        .max_iters(2)
+        .toolkit(toolkit_with(vec![add_tool(&log)]))
+        .hook(FnHook::new("summary-watch", move |e| {
+            match e {
+                HookEvent::PreSummary(e) => seen2.push(format!("pre:{}", e.max_iters())),
+                HookEvent::SummaryChunk(_) => seen2.push("chunk"),
+                HookEvent::PostSummary(e) => seen2.push(format!("post:{}", e.message().text())),
+                _ => {}
+            }
+            Ok(())
+        }))
+        .build()
+        .unwrap();
+    let out = agent
+        .run(vec![Msg::user("loop")], session("m"))
+        .await
+        .unwrap();
+    assert_eq!(out.reason, StopReason::MaxIterations);
+    assert_eq!(out.reply.text(), "summary: I added things");
+    assert_eq!(log.entries(), ["add:1+1", "add:2+2"]);
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 3);
+    assert!(reqs[2].tools.is_empty(), "summary call offers no tools");
+    assert!(
+        reqs[2]
+            .messages
+            .last()
+            .unwrap()
+            .text()
+            .contains("maximum iterations")
+    );
+    let entries = seen.entries();
+    assert_eq!(entries.first().unwrap(), "pre:2");
+    assert!(entries.iter().filter(|e| *e == "chunk").count() >= 2);
+    assert_eq!(entries.last().unwrap(), "post:summary: I added things");
+    let stored = agent.messages(&key("m")).await;
+    assert_memory_valid(&stored);
+    assert_eq!(stored.last().unwrap().text(), "summary: I added things");
+    assert!(
+        stored
+            .iter()
+            .all(|m| !m.text().contains("maximum iterations")),
+        "instruction not stored"
+    );
+}
+
+#[tokio::test]
+async fn the_default_iteration_limit_is_ten() {
+    let log = Log::default();
+    let mut turns: Vec<ScriptedTurn> = (0..10)
+        .map(|i| ScriptedTurn::tool_call("add", json!({"a": i, "b": 0})))
+        .collect();
+    turns.push(ScriptedTurn::text("summary"));
+    let model = ScriptedModel::new(turns);
+    let agent = builder(&model)
+        .toolkit(toolkit_with(vec![add_tool(&log)]))
+        .build()
+        .unwrap();
+    let out = agent
+        .run(vec![Msg::user("loop")], RunContext::new())
+        .await
+        .unwrap();
+    assert_eq!(out.reason, StopReason::MaxIterations);
+    assert_eq!(log.entries().len(), 10);
+}
+
+#[tokio::test]
+async fn an_empty_answer_gets_a_reminder_and_another_reasoning_step() {
+    let model = ScriptedModel::new([
+        ScriptedTurn::text("").with_thinking("..."),
+        ScriptedTurn::text("real answer"),
+    ]);
+    let agent = builder(&model).build().unwrap();
+    let reply = agent.call(Msg::user("hi")).await.unwrap();
+    assert_eq!(reply.text(), "real answer");
+    let second = &model.requests()[1].messages;
+    let reminder = second.last().unwrap();
+    assert_eq!(reminder.role, Role::User);
+    assert_eq!(reminder.metadata.get("rein.synthetic"), Some(&json!(true)));
+}

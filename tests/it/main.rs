@@ -1,0 +1,19 @@
+//! Integration tests: one binary, one module per area, each test named as the claim
+//! it proves.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    unreachable_pub
+)]
+
+mod build;
+mod failure_policy;
+mod hook_chain;
+mod loop_control;
+mod messages;
+mod mutators;
+mod sessions;
+mod streaming;
+mod support;
+mod tools;

@@ -1,0 +1,235 @@
+//! Sessions: isolation, concurrency, FIFO, cancellation.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::FutureExt;
+use rein::*;
+use serde_json::json;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn sessions_have_separate_conversations() {
+    let model = ScriptedModel::new([
+        ScriptedTurn::text("a1"),
+        ScriptedTurn::text("b1"),
+        ScriptedTurn::text("a2"),
+    ]);
+    let agent = builder(&model).build().unwrap();
+    agent
+        .call_with(vec![Msg::user("to a")], session("a"))
+        .await
+        .unwrap();
+    agent
+        .call_with(vec![Msg::user("to b")], session("b"))
+        .await
+        .unwrap();
+    agent
+        .call_with(vec![Msg::user("to a again")], session("a"))
+        .await
+        .unwrap();
+    let a: Vec<String> = agent
+        .messages(&key("a"))
+        .await
+        .iter()
+        .map(Msg::text)
+        .collect();
+    let b: Vec<String> = agent
+        .messages(&key("b"))
+        .await
+        .iter()
+        .map(Msg::text)
+        .collect();
+    assert_eq!(a, ["to a", "a1", "to a again", "a2"]);
+    assert_eq!(b, ["to b", "b1"]);
+    // The third request saw session a's history only.
+    let third: Vec<String> = model.requests()[2].messages.iter().map(Msg::text).collect();
+    assert_eq!(third, ["to a", "a1", "to a again"]);
+}
+
+#[tokio::test]
+async fn the_same_session_id_for_two_users_is_two_conversations() {
+    let model = ScriptedModel::new([ScriptedTurn::text("x"), ScriptedTurn::text("y")]);
+    let agent = builder(&model).build().unwrap();
+    let c1 = RunContext::new().with_session_id("s").with_user_id("u1");
+    let c2 = RunContext::new().with_session_id("s").with_user_id("u2");
+    agent.call_with(vec![Msg::user("one")], c1).await.unwrap();
+    agent.call_with(vec![Msg::user("two")], c2).await.unwrap();
+    assert_eq!(
+        agent
+            .messages(&SessionKey::new(Some("u1"), "s"))
+            .await
+            .len(),
+        2
+    );
+    assert_eq!(
+        agent
+            .messages(&SessionKey::new(Some("u2"), "s"))
+            .await
+            .len(),
+        2
+    );
+    assert!(agent.messages(&key("s")).await.is_empty());
+}
+
+/// A tool that waits until `n` calls are inside it at once ("met"), or gives up after
+/// half a second ("alone").
+fn rendezvous(n: usize, inside: &Arc<AtomicUsize>) -> FunctionTool {
+    let inside = inside.clone();
+    let met = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    FunctionTool::new("meet", "waits", json!({"type": "object"}), move |_| {
+        let (inside, met) = (inside.clone(), met.clone());
+        async move {
+            if inside.fetch_add(1, Ordering::SeqCst) + 1 >= n {
+                met.store(true, Ordering::SeqCst);
+            }
+            for _ in 0..100 {
+                if met.load(Ordering::SeqCst) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            inside.fetch_sub(1, Ordering::SeqCst);
+            Ok(if met.load(Ordering::SeqCst) {
+                "met"
+            } else {
+                "alone"
+            }
+            .to_string())
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn different_sessions_run_concurrently_on_one_agent() {
+    let inside = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("meet", json!({})),
+        ScriptedTurn::tool_call("meet", json!({})),
+        ScriptedTurn::text("done"),
+        ScriptedTurn::text("done"),
+    ]);
+    let agent = builder(&model)
+        .toolkit(toolkit_with(vec![rendezvous(2, &inside)]))
+        .build()
+        .unwrap();
+    let (a, b) = tokio::join!(
+        agent.call_with(vec![Msg::user("x")], session("one")),
+        agent.call_with(vec![Msg::user("y")], session("two")),
+    );
+    a.unwrap();
+    b.unwrap();
+    for s in ["one", "two"] {
+        let stored = agent.messages(&key(s)).await;
+        assert_memory_valid(&stored);
+        assert_eq!(
+            stored[2].tool_results()[0].content,
+            "met",
+            "both calls were inside the tool at once"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_on_the_same_session_are_serialized_in_arrival_order() {
+    let inside = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("meet", json!({})),
+        ScriptedTurn::text("first done"),
+        ScriptedTurn::tool_call("meet", json!({})),
+        ScriptedTurn::text("second done"),
+    ]);
+    let agent = builder(&model)
+        .toolkit(toolkit_with(vec![rendezvous(2, &inside)]))
+        .build()
+        .unwrap();
+    let a1 = agent.clone();
+    let first = tokio::spawn(async move {
+        a1.call_with(vec![Msg::user("first")], session("same"))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let a2 = agent.clone();
+    let second = tokio::spawn(async move {
+        a2.call_with(vec![Msg::user("second")], session("same"))
+            .await
+    });
+    assert_eq!(first.await.unwrap().unwrap().text(), "first done");
+    assert_eq!(second.await.unwrap().unwrap().text(), "second done");
+    let stored = agent.messages(&key("same")).await;
+    assert_memory_valid(&stored);
+    let texts: Vec<String> = stored.iter().map(Msg::text).collect();
+    assert_eq!(texts[0], "first");
+    assert_eq!(texts[3], "first done");
+    assert_eq!(texts[4], "second");
+    // Serialized: the tool never had two calls inside at once.
+    for m in &stored {
+        for r in m.tool_results() {
+            assert_eq!(r.content, "alone");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_call_leaves_memory_valid_and_the_session_usable() {
+    let started = Arc::new(AtomicUsize::new(0));
+    let s2 = started.clone();
+    let slow = FunctionTool::new("slow", "slow", json!({"type": "object"}), move |_| {
+        let s2 = s2.clone();
+        async move {
+            s2.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok("finished".to_string())
+        }
+    });
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_calls(vec![("slow", json!({})), ("slow", json!({}))]),
+        ScriptedTurn::text("after the drop"),
+    ]);
+    let agent = builder(&model)
+        .toolkit(toolkit_with(vec![slow]))
+        .build()
+        .unwrap();
+    let call = agent.call_with(vec![Msg::user("go")], session("d"));
+    let timed_out = tokio::time::timeout(Duration::from_secs(1), call).await;
+    assert!(
+        timed_out.is_err(),
+        "the call was still running and is now dropped"
+    );
+    assert_eq!(started.load(Ordering::SeqCst), 2);
+    let stored = agent.messages(&key("d")).await;
+    assert_memory_valid(&stored);
+    assert!(
+        stored.last().unwrap().tool_results()[0]
+            .content
+            .contains("cancelled")
+    );
+    let reply = agent
+        .call_with(vec![Msg::user("hello?")], session("d"))
+        .await
+        .unwrap();
+    assert_eq!(reply.text(), "after the drop");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_while_the_model_streams_leaves_memory_valid() {
+    let model = ScriptedModel::new([
+        ScriptedTurn::text("too slow").with_delay(Duration::from_secs(30)),
+        ScriptedTurn::text("fast"),
+    ]);
+    let agent = builder(&model).build().unwrap();
+    let mut call = Box::pin(agent.call_with(vec![Msg::user("one")], session("m")));
+    assert!((&mut call).now_or_never().is_none());
+    drop(call);
+    let reply = agent
+        .call_with(vec![Msg::user("two")], session("m"))
+        .await
+        .unwrap();
+    assert_eq!(reply.text(), "fast");
+    let stored = agent.messages(&key("m")).await;
+    assert_memory_valid(&stored);
+    let texts: Vec<String> = stored.iter().map(Msg::text).collect();
+    assert_eq!(texts, ["one", "two", "fast"]);
+}

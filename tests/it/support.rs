@@ -1,0 +1,215 @@
+//! Shared test helpers: a recording hook, closure hooks and a few tools.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rein::*;
+use serde_json::{Value, json};
+
+/// A shared, ordered log.
+#[derive(Clone, Default)]
+pub struct Log(Arc<Mutex<Vec<String>>>);
+
+impl Log {
+    pub fn push(&self, s: impl Into<String>) {
+        self.0.lock().unwrap().push(s.into());
+    }
+    pub fn entries(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+    pub fn count(&self, s: &str) -> usize {
+        self.entries().iter().filter(|e| e.as_str() == s).count()
+    }
+}
+
+/// Records `"{label}:{EventKind}"` for every event it receives.
+pub struct Recorder {
+    pub label: String,
+    pub priority: i32,
+    pub interest: Interest,
+    pub log: Log,
+}
+
+impl Recorder {
+    pub fn new(label: &str, priority: i32, log: &Log) -> Self {
+        Self {
+            label: label.to_owned(),
+            priority,
+            interest: Interest::ALL,
+            log: log.clone(),
+        }
+    }
+
+    pub fn interest(mut self, interest: Interest) -> Self {
+        self.interest = interest;
+        self
+    }
+}
+
+impl Hook for Recorder {
+    fn name(&self) -> &str {
+        &self.label
+    }
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+    fn interest(&self) -> Interest {
+        self.interest
+    }
+    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        self.log.push(format!("{}:{}", self.label, event.kind()));
+        Ok(())
+    }
+}
+
+type HookFn = dyn Fn(&mut HookEvent) -> Result<(), HookError> + Send + Sync;
+
+/// A hook from a synchronous closure, with configurable settings.
+pub struct FnHook {
+    pub name: String,
+    pub priority: i32,
+    pub interest: Interest,
+    pub policy: FailurePolicy,
+    pub timeout: Option<Duration>,
+    pub delay: Option<Duration>,
+    pub f: Box<HookFn>,
+}
+
+impl FnHook {
+    pub fn new(
+        name: &str,
+        f: impl Fn(&mut HookEvent) -> Result<(), HookError> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            name: name.to_owned(),
+            priority: 100,
+            interest: Interest::ALL,
+            policy: FailurePolicy::Abort,
+            timeout: None,
+            delay: None,
+            f: Box::new(f),
+        }
+    }
+    pub fn priority(mut self, p: i32) -> Self {
+        self.priority = p;
+        self
+    }
+    pub fn on(mut self, kind: EventKind) -> Self {
+        self.interest = Interest::only(kind);
+        self
+    }
+    pub fn policy(mut self, p: FailurePolicy) -> Self {
+        self.policy = p;
+        self
+    }
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+    /// Sleeps this long before running the closure.
+    pub fn delay(mut self, d: Duration) -> Self {
+        self.delay = Some(d);
+        self
+    }
+}
+
+impl Hook for FnHook {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+    fn interest(&self) -> Interest {
+        self.interest
+    }
+    fn failure_policy(&self) -> FailurePolicy {
+        self.policy
+    }
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        if let Some(d) = self.delay {
+            tokio::time::sleep(d).await;
+        }
+        (self.f)(event)
+    }
+}
+
+pub fn add_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+        "required": ["a", "b"]
+    })
+}
+
+/// `add(a, b)`; logs `"add:{a}+{b}"` when it runs.
+pub fn add_tool(log: &Log) -> FunctionTool {
+    let log = log.clone();
+    FunctionTool::new("add", "Adds two numbers.", add_schema(), move |args| {
+        let log = log.clone();
+        async move {
+            let a = args["a"].as_f64().unwrap_or_default();
+            let b = args["b"].as_f64().unwrap_or_default();
+            log.push(format!("add:{a}+{b}"));
+            Ok(format!("{}", a + b))
+        }
+    })
+}
+
+pub fn toolkit_with(tools: Vec<FunctionTool>) -> Toolkit {
+    let mut t = Toolkit::new();
+    for tool in tools {
+        t.register(tool).unwrap();
+    }
+    t
+}
+
+/// A builder without global hooks, so tests never see each other's state.
+pub fn builder(model: &ScriptedModel) -> AgentBuilder {
+    Agent::builder().model(model.clone()).without_global_hooks()
+}
+
+pub fn session(key: &str) -> RunContext {
+    RunContext::new().with_session_id(key)
+}
+
+pub fn key(session: &str) -> SessionKey {
+    SessionKey::new(None, session)
+}
+
+/// Asserts the conversation invariant: every tool use has exactly one result, after
+/// it; no result without a use.
+pub fn assert_memory_valid(messages: &[Msg]) {
+    let mut open: Vec<String> = Vec::new();
+    let mut seen_results = std::collections::HashSet::new();
+    for m in messages {
+        assert_ne!(m.role, Role::System, "system message stored in memory");
+        for r in m.tool_results() {
+            assert!(
+                seen_results.insert(r.id.clone()),
+                "two results for {}",
+                r.id
+            );
+            let pos = open.iter().position(|id| *id == r.id);
+            assert!(pos.is_some(), "result {} without a preceding use", r.id);
+            open.remove(pos.unwrap());
+        }
+        for u in m.tool_uses() {
+            open.push(u.id.clone());
+        }
+    }
+    assert!(open.is_empty(), "tool uses without results: {open:?}");
+}
+
+/// The tool results (id, is_error, text) the model was sent in request `n`.
+pub fn results_in_request(model: &ScriptedModel, n: usize) -> Vec<(String, bool, String)> {
+    model.requests()[n]
+        .messages
+        .iter()
+        .flat_map(|m| m.tool_results().into_iter().cloned().collect::<Vec<_>>())
+        .map(|r| (r.id.clone(), r.is_error, r.content.clone()))
+        .collect()
+}
