@@ -18,7 +18,7 @@ use crate::hook::{
     PreSummaryEvent, ReasoningChunkEvent, SummaryChunkEvent,
 };
 use crate::message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
-use crate::model::{ModelChunk, ModelRequest, Usage};
+use crate::model::{ModelChunk, ModelError, ModelErrorKind, ModelRequest, Usage};
 use crate::tool::{ProgressChunk, ToolContext};
 use crate::util::{new_id, panic_message};
 
@@ -622,7 +622,9 @@ impl Call<'_> {
             progress,
         };
         let limit = entry.tool.timeout().unwrap_or(self.agent.tool_timeout);
-        let fut = AssertUnwindSafe(entry.tool.call(args, ctx)).catch_unwind();
+        // Created inside the guarded block: a tool that panics before returning its
+        // future is caught too.
+        let fut = AssertUnwindSafe(async { entry.tool.call(args, ctx).await }).catch_unwind();
         match tokio::time::timeout(limit, fut).await {
             Ok(Ok(Ok(text))) => ToolResult::new(id, name, text),
             Ok(Ok(Err(e))) => ToolResult::error(id, name, format!("Tool `{name}` failed: {e}")),
@@ -725,9 +727,22 @@ impl Call<'_> {
         let mut calls: Vec<PartialCall> = Vec::new();
         let mut usage = Usage::default();
         let mut event: Option<HookEvent> = None;
-        let mut stream = agent.model.stream(request);
-        while let Some(item) = stream.next().await {
-            let chunk = item.map_err(|e| Error::model(phase.as_str(), agent.model.name(), e))?;
+        let model_err = |e| Error::model(phase.as_str(), agent.model.name(), e);
+        let panicked = |payload: Box<dyn std::any::Any + Send>| {
+            model_err(ModelError::new(
+                ModelErrorKind::Other,
+                format!("the model panicked: {}", panic_message(&*payload)),
+            ))
+        };
+        let mut stream = std::panic::catch_unwind(AssertUnwindSafe(|| agent.model.stream(request)))
+            .map_err(panicked)?;
+        loop {
+            let next = AssertUnwindSafe(stream.next())
+                .catch_unwind()
+                .await
+                .map_err(panicked)?;
+            let Some(item) = next else { break };
+            let chunk = item.map_err(model_err)?;
             if let Some(sink) = self.sink {
                 forward_chunk(sink, &chunk, &calls);
             }

@@ -131,7 +131,9 @@ impl HookChain {
 
 /// Runs one hook on the event, turning a panic or a timeout into a failure.
 async fn call_guarded(entry: &HookEntry, event: &mut HookEvent) -> Result<(), HookFailure> {
-    let fut = AssertUnwindSafe(entry.hook().on_event_boxed(event)).catch_unwind();
+    // The future is created inside the guarded block, so a hook that panics before
+    // returning its future is caught too.
+    let fut = AssertUnwindSafe(async { entry.hook().on_event_boxed(event).await }).catch_unwind();
     let caught = match entry.timeout {
         None => fut.await,
         Some(limit) => match tokio::time::timeout(limit, fut).await {

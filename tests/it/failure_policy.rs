@@ -266,3 +266,94 @@ async fn a_model_stream_failing_mid_tool_call_leaves_no_dangling_tool_use() {
         .unwrap();
     assert_eq!(reply.text(), "second try works");
 }
+
+struct PanicsBeforeFuture;
+
+impl Hook for PanicsBeforeFuture {
+    fn interest(&self) -> Interest {
+        Interest::only(EventKind::PreCall)
+    }
+    #[allow(clippy::manual_async_fn, unreachable_code)]
+    fn on_event(
+        &self,
+        _e: &mut HookEvent,
+    ) -> impl std::future::Future<Output = Result<(), HookError>> + Send {
+        panic!("panicked while creating the future");
+        async { Ok(()) }
+    }
+}
+
+#[tokio::test]
+async fn a_hook_that_panics_before_returning_its_future_is_caught() {
+    let model = ScriptedModel::new([ScriptedTurn::text("never")]);
+    let agent = builder(&model).hook(PanicsBeforeFuture).build().unwrap();
+    let err = agent.call(Msg::user("hi")).await.unwrap_err();
+    assert_eq!(err.hook_failure(), Some(HookFailureKind::Panic));
+    assert!(
+        err.to_string().contains("while creating the future"),
+        "{err}"
+    );
+}
+
+struct SyncPanicTool;
+
+impl Tool for SyncPanicTool {
+    fn name(&self) -> &str {
+        "sync_panic"
+    }
+    fn description(&self) -> &str {
+        "panics in call() itself"
+    }
+    fn parameters(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    fn call(
+        &self,
+        _input: serde_json::Value,
+        _ctx: ToolContext,
+    ) -> futures::future::BoxFuture<'_, Result<String, ToolError>> {
+        panic!("no future for you")
+    }
+}
+
+#[tokio::test]
+async fn a_tool_that_panics_before_returning_its_future_gives_an_error_result() {
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("sync_panic", json!({})),
+        ScriptedTurn::text("ok"),
+    ]);
+    let mut tools = Toolkit::new();
+    tools.register(SyncPanicTool).unwrap();
+    let agent = builder(&model).toolkit(tools).build().unwrap();
+    assert_eq!(agent.call(Msg::user("go")).await.unwrap().text(), "ok");
+    let r = &results_in_request(&model, 1)[0];
+    assert!(r.1 && r.2.contains("panicked: no future for you"), "{r:?}");
+}
+
+struct PanickingModel;
+
+impl Model for PanickingModel {
+    fn name(&self) -> &str {
+        "panicky"
+    }
+    fn stream(&self, _request: ModelRequest) -> ModelStream {
+        Box::pin(futures::stream::poll_fn(
+            |_| -> std::task::Poll<Option<Result<ModelChunk, ModelError>>> {
+                panic!("provider bug")
+            },
+        ))
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_model_gives_a_typed_model_error() {
+    let agent = Agent::builder()
+        .model(PanickingModel)
+        .without_global_hooks()
+        .build()
+        .unwrap();
+    let err = agent.call(Msg::user("hi")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Model);
+    assert!(err.to_string().contains("provider bug"), "{err}");
+    assert_memory_valid(&agent.messages(&key("default")).await);
+}
