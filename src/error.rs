@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::hook::{EventKind, HookError};
 use crate::model::ModelError;
+use crate::subagent::spec::SpecError;
 use crate::tool::ToolkitError;
 
 /// What kind of failure ended a call.
@@ -197,6 +198,12 @@ pub enum BuildErrorKind {
     InvalidHook,
     /// A builder setting is invalid (e.g. `max_iters(0)`).
     InvalidConfig,
+    /// A workspace file (`tools.json`, `subagents/*.md`) is unreadable or malformed;
+    /// see [`BuildError::workspace_error`] for file, line and key.
+    Workspace,
+    /// A subagent declaration is invalid (duplicate id, missing description, an
+    /// allowlist naming a tool the parent cannot call, ...).
+    InvalidDeclaration,
 }
 
 /// An agent (or declaration) could not be built.
@@ -204,6 +211,7 @@ pub enum BuildErrorKind {
 pub struct BuildError {
     kind: BuildErrorKind,
     message: String,
+    spec: Option<Box<SpecError>>,
 }
 
 impl BuildError {
@@ -211,7 +219,21 @@ impl BuildError {
         Self {
             kind,
             message: message.into(),
+            spec: None,
         }
+    }
+
+    pub(crate) fn workspace(err: SpecError) -> Self {
+        Self {
+            kind: BuildErrorKind::Workspace,
+            message: err.to_string(),
+            spec: Some(Box::new(err)),
+        }
+    }
+
+    /// The workspace file error (file, line, key), for [`BuildErrorKind::Workspace`].
+    pub fn workspace_error(&self) -> Option<&SpecError> {
+        self.spec.as_deref()
     }
 
     pub(crate) fn invalid_hook(name: &str, message: impl fmt::Display) -> Self {
@@ -242,4 +264,10 @@ impl fmt::Display for BuildError {
     }
 }
 
-impl std::error::Error for BuildError {}
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.spec
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}

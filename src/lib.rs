@@ -76,6 +76,7 @@ mod error;
 pub mod hook;
 mod message;
 pub mod model;
+pub mod subagent;
 pub mod tool;
 mod util;
 
@@ -94,6 +95,10 @@ pub use message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
 pub use model::{
     FinishReason, GenerateOptions, Model, ModelChunk, ModelError, ModelErrorKind, ModelRequest,
     ModelStream, ScriptedModel, ScriptedTurn, ToolChoice, Usage,
+};
+pub use subagent::{
+    GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentDeclarationBuilder,
+    SubagentFactory,
 };
 pub use tool::{
     FunctionTool, IntoTool, Tool, ToolContext, ToolError, ToolSchema, Toolkit, ToolkitError,

@@ -34,10 +34,13 @@
 //! An empty model answer (no text, no tool call) appends a synthetic reminder and
 //! reasons again (bounded by `max_iters`).
 
+mod builder;
 mod context;
 mod memory;
 mod run;
 mod stream;
+
+pub use builder::AgentBuilder;
 
 pub use context::{AgentInfo, Extensions, RunContext};
 pub use memory::{SessionKey, SessionStore, StoreError};
@@ -47,13 +50,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
+use tokio::sync::mpsc::UnboundedSender;
 
-use crate::error::{BuildError, BuildErrorKind, Error};
-use crate::hook::{HookChain, HookRegistry, IntoHook, RegisteredHook};
+use crate::error::Error;
+use crate::hook::HookChain;
 use crate::message::Msg;
 use crate::model::{GenerateOptions, Model, Usage};
+use crate::subagent::Delegation;
 use crate::tool::{ToolSchema, Toolkit};
-use crate::util::new_id;
 use memory::Sessions;
 
 /// Why a call's loop ended.
@@ -99,6 +103,8 @@ pub(crate) struct AgentInner {
     pub(crate) tool_timeout: Duration,
     pub(crate) sessions: Sessions,
     pub(crate) store: Option<Arc<dyn SessionStore>>,
+    /// Present when the agent can delegate (it then has the `agent_spawn` tool).
+    pub(crate) delegation: Option<Arc<Delegation>>,
 }
 
 /// A built agent. Cheap to clone (clones share sessions); `Send + Sync`.
@@ -167,6 +173,28 @@ impl Agent {
         AgentStream::new(call, rx)
     }
 
+    /// Runs a call with an optional event sink (used for subagents).
+    pub(crate) async fn run_internal(
+        &self,
+        msgs: Vec<Msg>,
+        ctx: RunContext,
+        sink: Option<UnboundedSender<AgentEvent>>,
+    ) -> Result<CallOutcome, Error> {
+        self.inner.run_call(msgs, ctx, sink).await
+    }
+
+    /// The ids of the subagents this agent can delegate to now (code declarations,
+    /// then valid workspace files), with their descriptions. Empty without delegation.
+    pub fn subagents(&self) -> Vec<(String, String)> {
+        match &self.inner.delegation {
+            Some(d) => {
+                d.registry.refresh();
+                d.registry.listing()
+            }
+            None => Vec::new(),
+        }
+    }
+
     /// The agent's identity.
     pub fn info(&self) -> &AgentInfo {
         &self.inner.info
@@ -199,250 +227,5 @@ impl Agent {
     /// whether it was present.
     pub fn forget_session(&self, key: &SessionKey) -> bool {
         self.inner.sessions.remove(key)
-    }
-}
-
-/// Builds an [`Agent`]. Reusable: `build()` does not consume hooks or tools
-/// cumulatively, so building twice gives identical agents (with distinct ids).
-#[must_use]
-pub struct AgentBuilder {
-    id: Option<String>,
-    name: String,
-    sys_prompt: Option<String>,
-    model: Option<Arc<dyn Model>>,
-    toolkit: Toolkit,
-    hooks: Vec<RegisteredHook>,
-    registries: Vec<HookRegistry>,
-    global_hooks: bool,
-    max_iters: u32,
-    max_gotos: u32,
-    options: GenerateOptions,
-    tool_timeout: Duration,
-    hook_timeout: Option<Duration>,
-    store: Option<Arc<dyn SessionStore>>,
-}
-
-impl Clone for AgentBuilder {
-    fn clone(&self) -> Self {
-        Self {
-            id: self.id.clone(),
-            name: self.name.clone(),
-            sys_prompt: self.sys_prompt.clone(),
-            model: self.model.clone(),
-            toolkit: self.toolkit.copy(),
-            hooks: self.hooks.clone(),
-            registries: self.registries.clone(),
-            global_hooks: self.global_hooks,
-            max_iters: self.max_iters,
-            max_gotos: self.max_gotos,
-            options: self.options.clone(),
-            tool_timeout: self.tool_timeout,
-            hook_timeout: self.hook_timeout,
-            store: self.store.clone(),
-        }
-    }
-}
-
-impl Default for AgentBuilder {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl std::fmt::Debug for AgentBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentBuilder")
-            .field("name", &self.name)
-            .field("tools", &self.toolkit.names())
-            .field("hooks", &self.hooks.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl AgentBuilder {
-    /// See [`Agent::builder`].
-    pub fn new() -> Self {
-        Self {
-            id: None,
-            name: "agent".to_owned(),
-            sys_prompt: None,
-            model: None,
-            toolkit: Toolkit::new(),
-            hooks: Vec::new(),
-            registries: Vec::new(),
-            global_hooks: true,
-            max_iters: 10,
-            max_gotos: 3,
-            options: GenerateOptions::default(),
-            tool_timeout: Duration::from_secs(300),
-            hook_timeout: None,
-            store: None,
-        }
-    }
-
-    /// The agent's name (default `"agent"`); set on its assistant messages.
-    pub fn name(mut self, s: impl Into<String>) -> Self {
-        self.name = s.into();
-        self
-    }
-
-    /// A fixed agent id (default: generated, unique per build).
-    pub fn id(mut self, s: impl Into<String>) -> Self {
-        self.id = Some(s.into());
-        self
-    }
-
-    /// The system prompt, prepended to every model request (never stored). A blank
-    /// prompt means none.
-    pub fn sys_prompt(mut self, s: impl Into<String>) -> Self {
-        self.sys_prompt = Some(s.into());
-        self
-    }
-
-    /// The model (required).
-    pub fn model(mut self, m: impl Model) -> Self {
-        self.model = Some(Arc::new(m));
-        self
-    }
-
-    /// The tools. The agent takes its own copy at `build()` (instances are shared).
-    pub fn toolkit(mut self, t: Toolkit) -> Self {
-        self.toolkit = t;
-        self
-    }
-
-    /// Adds a hook: a value, or an `Arc` of one (the same `Arc` added twice, here or
-    /// through a registry, runs once per event).
-    pub fn hook(mut self, h: impl IntoHook) -> Self {
-        self.hooks.push(h.into_registered().0);
-        self
-    }
-
-    /// Also takes the hooks of this registry, read at `build()`.
-    pub fn hooks_from(mut self, registry: &HookRegistry) -> Self {
-        self.registries.push(registry.clone());
-        self
-    }
-
-    /// Does not take the hooks of [`HookRegistry::global`] (taken by default).
-    pub fn without_global_hooks(mut self) -> Self {
-        self.global_hooks = false;
-        self
-    }
-
-    /// Maximum reasoning steps per call before the summary step (default 10, at
-    /// least 1).
-    pub fn max_iters(mut self, n: u32) -> Self {
-        self.max_iters = n;
-        self
-    }
-
-    /// Maximum consecutive `goto_reasoning` redos (default 3). One more fails the call
-    /// with [`ErrorKind::GotoLimit`](crate::ErrorKind::GotoLimit).
-    pub fn max_gotos(mut self, n: u32) -> Self {
-        self.max_gotos = n;
-        self
-    }
-
-    /// Default generation options, shown to `PreReasoning` hooks as the effective
-    /// options.
-    pub fn generate_options(mut self, o: GenerateOptions) -> Self {
-        self.options = o;
-        self
-    }
-
-    /// Timeout for one tool call unless the tool sets its own (default 300 s; at least
-    /// 1 ms).
-    pub fn tool_timeout(mut self, d: Duration) -> Self {
-        self.tool_timeout = d;
-        self
-    }
-
-    /// Timeout for one hook invocation unless the hook sets its own (default none).
-    pub fn hook_timeout(mut self, d: Duration) -> Self {
-        self.hook_timeout = Some(d);
-        self
-    }
-
-    /// Persists conversations in this store (default: in memory only).
-    pub fn session_store(mut self, store: impl SessionStore) -> Self {
-        self.store = Some(Arc::new(store));
-        self
-    }
-
-    /// Builds the agent.
-    ///
-    /// # Errors
-    /// [`BuildErrorKind::MissingModel`] without a model;
-    /// [`BuildErrorKind::InvalidConfig`] for `max_iters(0)` or a zero tool timeout;
-    /// [`BuildErrorKind::InvalidHook`] when a hook's `validate()` fails;
-    /// [`BuildErrorKind::Tool`] when a hook contributes a tool whose name is taken or
-    /// whose schema is invalid.
-    pub fn build(self) -> Result<Agent, BuildError> {
-        let Some(model) = self.model.clone() else {
-            return Err(BuildError::new(
-                BuildErrorKind::MissingModel,
-                format!(
-                    "agent `{}` has no model: call AgentBuilder::model",
-                    self.name
-                ),
-            ));
-        };
-        if self.max_iters == 0 {
-            return Err(BuildError::new(
-                BuildErrorKind::InvalidConfig,
-                "max_iters must be at least 1",
-            ));
-        }
-        if self.tool_timeout.is_zero() {
-            return Err(BuildError::new(
-                BuildErrorKind::InvalidConfig,
-                "tool_timeout must be greater than zero",
-            ));
-        }
-        let mut registered = self.hooks.clone();
-        for registry in &self.registries {
-            registered.extend(registry.snapshot());
-        }
-        if self.global_hooks {
-            registered.extend(HookRegistry::global().snapshot());
-        }
-        let chain = HookChain::build(registered, self.hook_timeout)?;
-        let mut toolkit = self.toolkit.copy();
-        for entry in chain.entries() {
-            for tool in entry.hook().tools() {
-                let tool_name = tool.name().to_owned();
-                toolkit.register(tool).map_err(|e| {
-                    BuildError::tool(
-                        &format!("hook `{}` contributes tool `{tool_name}`", entry.name),
-                        e,
-                    )
-                })?;
-            }
-        }
-        let tool_names: Arc<[String]> = toolkit.names().into();
-        let info = AgentInfo {
-            id: self.id.clone().unwrap_or_else(|| new_id("agent")),
-            name: self.name.clone(),
-            parent_id: None,
-            depth: 0,
-        };
-        Ok(Agent {
-            inner: Arc::new(AgentInner {
-                info: Arc::new(info),
-                model,
-                tool_schemas: toolkit.schemas(),
-                toolkit,
-                tool_names,
-                chain,
-                sys_prompt: self.sys_prompt,
-                options: self.options,
-                max_iters: self.max_iters,
-                max_gotos: self.max_gotos,
-                tool_timeout: self.tool_timeout,
-                sessions: Sessions::default(),
-                store: self.store,
-            }),
-        })
     }
 }

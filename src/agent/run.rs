@@ -359,9 +359,13 @@ impl Call<'_> {
             messages = e.messages;
             options = e.options;
         }
+        let tools = match &agent.delegation {
+            Some(d) => d.schemas(&agent.tool_schemas),
+            None => agent.tool_schemas.clone(),
+        };
         let request = ModelRequest {
             messages,
-            tools: agent.tool_schemas.clone(),
+            tools,
             options,
         };
         self.stream_model(request, Phase::Reasoning).await
@@ -620,6 +624,7 @@ impl Call<'_> {
             tool_use_id: id.clone(),
             index,
             progress,
+            events: self.sink.cloned(),
         };
         let limit = entry.tool.timeout().unwrap_or(self.agent.tool_timeout);
         // Created inside the guarded block: a tool that panics before returning its

@@ -43,6 +43,14 @@ pub enum AgentEvent {
     ToolResult(ToolResult),
     /// A hook redid reasoning: the deltas of the last model turn were not the answer.
     ReasoningRedone,
+    /// An event of a subagent, tagged with its agent path from the top-level agent
+    /// (e.g. `"support/log-analyst"`). Nested subagents' events carry their full path.
+    Subagent {
+        /// Agent names from the top-level agent down to the subagent, `/`-separated.
+        path: String,
+        /// The subagent's event.
+        event: Box<AgentEvent>,
+    },
     /// The call finished; the last item of a successful stream.
     Final(CallOutcome),
     /// The call failed; the last item of a failed stream.

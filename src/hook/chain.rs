@@ -19,6 +19,8 @@ pub(crate) struct HookEntry {
     pub(crate) interest: Interest,
     pub(crate) policy: FailurePolicy,
     pub(crate) timeout: Option<Duration>,
+    /// Whether subagents inherit this hook.
+    pub(crate) propagate: bool,
 }
 
 impl HookEntry {
@@ -67,6 +69,7 @@ impl HookChain {
                 interest: hook.interest(),
                 policy: hook.failure_policy(),
                 timeout: hook.timeout().or(default_timeout),
+                propagate: hook.propagate_to_subagents(),
                 registered: reg,
             });
         }

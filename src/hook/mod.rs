@@ -363,6 +363,7 @@ pub(crate) trait DynHook: Send + Sync + 'static {
     fn interest(&self) -> Interest;
     fn failure_policy(&self) -> FailurePolicy;
     fn timeout(&self) -> Option<Duration>;
+    fn propagate_to_subagents(&self) -> bool;
     fn validate(&self) -> Result<(), HookError>;
     fn tools(&self) -> Vec<Arc<dyn Tool>>;
 }
@@ -388,6 +389,9 @@ impl<H: Hook> DynHook for H {
     }
     fn timeout(&self) -> Option<Duration> {
         Hook::timeout(self)
+    }
+    fn propagate_to_subagents(&self) -> bool {
+        Hook::propagate_to_subagents(self)
     }
     fn validate(&self) -> Result<(), HookError> {
         Hook::validate(self)

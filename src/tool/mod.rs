@@ -117,6 +117,8 @@ pub struct ToolContext {
     pub(crate) tool_use_id: String,
     pub(crate) index: usize,
     pub(crate) progress: Option<UnboundedSender<ProgressChunk>>,
+    /// The streaming caller's sink, for forwarding subagent events.
+    pub(crate) events: Option<UnboundedSender<crate::agent::AgentEvent>>,
 }
 
 impl ToolContext {

@@ -299,6 +299,20 @@ impl Toolkit {
         }
     }
 
+    /// A toolkit with the tools whose names pass `keep`, in order, sharing instances
+    /// (and keeping the deletion setting). Nothing is removed from `self`.
+    pub fn filtered(&self, mut keep: impl FnMut(&str) -> bool) -> Toolkit {
+        Toolkit {
+            entries: self
+                .entries
+                .iter()
+                .filter(|(name, _)| keep(name))
+                .map(|(name, e)| (name.clone(), Arc::clone(e)))
+                .collect(),
+            deletion_disabled: self.deletion_disabled,
+        }
+    }
+
     pub(crate) fn entry(&self, name: &str) -> Option<&Arc<ToolEntry>> {
         self.entries.get(name)
     }

@@ -15,5 +15,7 @@ mod messages;
 mod mutators;
 mod sessions;
 mod streaming;
+mod subagent_properties;
+mod subagents;
 mod support;
 mod tools;

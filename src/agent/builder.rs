@@ -1,0 +1,493 @@
+//! The agent builder: the one place agents — top-level and subagents — are assembled.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::memory::Sessions;
+use super::{Agent, AgentInfo, AgentInner, SessionStore};
+use crate::error::{BuildError, BuildErrorKind};
+use crate::hook::{HookChain, HookRegistry, IntoHook, RegisteredHook};
+use crate::model::{GenerateOptions, Model};
+use crate::subagent::spec::ToolsPolicy;
+use crate::subagent::{
+    ChildBinding, Delegation, HookToolFilter, ModelResolver, Registry, SPAWN_TOOL, SpawnTool,
+    SubagentDeclaration, SubagentFactory, Template, load_policy,
+};
+use crate::tool::Toolkit;
+use crate::util::new_id;
+
+/// Builds an [`Agent`]. Cloning a builder and building twice gives agents with
+/// identical hooks and tools (and distinct ids): `build()` never accumulates state.
+#[must_use]
+pub struct AgentBuilder {
+    pub(crate) id: Option<String>,
+    pub(crate) name: String,
+    pub(crate) sys_prompt: Option<String>,
+    pub(crate) model: Option<Arc<dyn Model>>,
+    pub(crate) toolkit: Toolkit,
+    pub(crate) hooks: Vec<RegisteredHook>,
+    pub(crate) registries: Vec<HookRegistry>,
+    pub(crate) global_hooks: bool,
+    pub(crate) max_iters: u32,
+    pub(crate) max_gotos: u32,
+    pub(crate) options: GenerateOptions,
+    pub(crate) tool_timeout: Duration,
+    pub(crate) hook_timeout: Option<Duration>,
+    pub(crate) store: Option<Arc<dyn SessionStore>>,
+    pub(crate) workspace: Option<PathBuf>,
+    pub(crate) subagents: Vec<SubagentDeclaration>,
+    pub(crate) factories: Vec<Arc<dyn SubagentFactory>>,
+    pub(crate) general_purpose: bool,
+    pub(crate) hook_tool_filter: Option<HookToolFilter>,
+    pub(crate) model_resolver: Option<ModelResolver>,
+    pub(crate) max_depth: u32,
+    pub(crate) child: Option<ChildBinding>,
+}
+
+impl Clone for AgentBuilder {
+    fn clone(&self) -> Self {
+        Self {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            sys_prompt: self.sys_prompt.clone(),
+            model: self.model.clone(),
+            toolkit: self.toolkit.copy(),
+            hooks: self.hooks.clone(),
+            registries: self.registries.clone(),
+            global_hooks: self.global_hooks,
+            max_iters: self.max_iters,
+            max_gotos: self.max_gotos,
+            options: self.options.clone(),
+            tool_timeout: self.tool_timeout,
+            hook_timeout: self.hook_timeout,
+            store: self.store.clone(),
+            workspace: self.workspace.clone(),
+            subagents: self.subagents.clone(),
+            factories: self.factories.clone(),
+            general_purpose: self.general_purpose,
+            hook_tool_filter: self.hook_tool_filter.clone(),
+            model_resolver: self.model_resolver.clone(),
+            max_depth: self.max_depth,
+            child: self.child.clone(),
+        }
+    }
+}
+
+impl Default for AgentBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("name", &self.name)
+            .field("tools", &self.toolkit.names())
+            .field("hooks", &self.hooks.len())
+            .field("subagents", &self.subagents)
+            .field("workspace", &self.workspace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentBuilder {
+    /// See [`Agent::builder`].
+    pub fn new() -> Self {
+        Self {
+            id: None,
+            name: "agent".to_owned(),
+            sys_prompt: None,
+            model: None,
+            toolkit: Toolkit::new(),
+            hooks: Vec::new(),
+            registries: Vec::new(),
+            global_hooks: true,
+            max_iters: 10,
+            max_gotos: 3,
+            options: GenerateOptions::default(),
+            tool_timeout: Duration::from_secs(300),
+            hook_timeout: None,
+            store: None,
+            workspace: None,
+            subagents: Vec::new(),
+            factories: Vec::new(),
+            general_purpose: false,
+            hook_tool_filter: None,
+            model_resolver: None,
+            max_depth: 3,
+            child: None,
+        }
+    }
+
+    /// The agent's name (default `"agent"`); set on its assistant messages.
+    pub fn name(mut self, s: impl Into<String>) -> Self {
+        self.name = s.into();
+        self
+    }
+
+    /// A fixed agent id (default: generated, unique per build).
+    pub fn id(mut self, s: impl Into<String>) -> Self {
+        self.id = Some(s.into());
+        self
+    }
+
+    /// The system prompt, prepended to every model request (never stored). A blank
+    /// prompt means none.
+    pub fn sys_prompt(mut self, s: impl Into<String>) -> Self {
+        self.sys_prompt = Some(s.into());
+        self
+    }
+
+    /// The model (required).
+    pub fn model(mut self, m: impl Model) -> Self {
+        self.model = Some(Arc::new(m));
+        self
+    }
+
+    /// The tools. The agent takes its own copy at `build()` (instances are shared).
+    pub fn toolkit(mut self, t: Toolkit) -> Self {
+        self.toolkit = t;
+        self
+    }
+
+    /// Adds a hook: a value, or an `Arc` of one (the same `Arc` added twice, here or
+    /// through a registry, runs once per event).
+    pub fn hook(mut self, h: impl IntoHook) -> Self {
+        self.hooks.push(h.into_registered().0);
+        self
+    }
+
+    /// Also takes the hooks of this registry, read at `build()`.
+    pub fn hooks_from(mut self, registry: &HookRegistry) -> Self {
+        self.registries.push(registry.clone());
+        self
+    }
+
+    /// Does not take the hooks of [`HookRegistry::global`] (taken by default).
+    pub fn without_global_hooks(mut self) -> Self {
+        self.global_hooks = false;
+        self
+    }
+
+    /// Maximum reasoning steps per call before the summary step (default 10, at
+    /// least 1).
+    pub fn max_iters(mut self, n: u32) -> Self {
+        self.max_iters = n;
+        self
+    }
+
+    /// Maximum consecutive `goto_reasoning` redos (default 3). One more fails the call
+    /// with [`ErrorKind::GotoLimit`](crate::ErrorKind::GotoLimit).
+    pub fn max_gotos(mut self, n: u32) -> Self {
+        self.max_gotos = n;
+        self
+    }
+
+    /// Default generation options, shown to `PreReasoning` hooks as the effective
+    /// options.
+    pub fn generate_options(mut self, o: GenerateOptions) -> Self {
+        self.options = o;
+        self
+    }
+
+    /// Timeout for one tool call unless the tool sets its own (default 300 s; must be
+    /// greater than zero).
+    pub fn tool_timeout(mut self, d: Duration) -> Self {
+        self.tool_timeout = d;
+        self
+    }
+
+    /// Timeout for one hook invocation unless the hook sets its own (default none).
+    pub fn hook_timeout(mut self, d: Duration) -> Self {
+        self.hook_timeout = Some(d);
+        self
+    }
+
+    /// Persists conversations in this store (default: in memory only).
+    pub fn session_store(mut self, store: impl SessionStore) -> Self {
+        self.store = Some(Arc::new(store));
+        self
+    }
+
+    /// Uses a workspace folder: `<ws>/tools.json` bounds this agent's tools and every
+    /// subagent's (a file that exists but cannot be read or parsed fails the build), and
+    /// `<ws>/subagents/*.md` declares subagents — those present now are checked at
+    /// `build()`, later changes are picked up before each reasoning step.
+    pub fn workspace(mut self, path: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(path.into());
+        self
+    }
+
+    /// Declares a subagent in code (wins over a same-name workspace file).
+    pub fn subagent(mut self, decl: SubagentDeclaration) -> Self {
+        self.subagents.push(decl);
+        self
+    }
+
+    /// Declares a subagent built by a custom factory.
+    pub fn subagent_factory(mut self, factory: impl SubagentFactory) -> Self {
+        self.factories.push(Arc::new(factory));
+        self
+    }
+
+    /// Offers the built-in `general-purpose` subagent: the parent's tools (not the
+    /// delegation tool) and hooks, no allowlist.
+    pub fn general_purpose_subagent(mut self) -> Self {
+        self.general_purpose = true;
+        self
+    }
+
+    /// A predicate every hook-contributed tool name must pass before it is installed,
+    /// on this agent and on its subagents (before the allowlist and `tools.json`
+    /// checks). Default: accept all.
+    pub fn hook_tool_filter(mut self, f: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.hook_tool_filter = Some(Arc::new(f));
+        self
+    }
+
+    /// Resolves subagent `model` names to models (default: none resolve, so children
+    /// use this agent's model).
+    pub fn model_resolver(
+        mut self,
+        f: impl Fn(&str) -> Option<Arc<dyn Model>> + Send + Sync + 'static,
+    ) -> Self {
+        self.model_resolver = Some(Arc::new(f));
+        self
+    }
+
+    /// Maximum delegation depth (default 3): an agent at this depth gets no delegation
+    /// tool.
+    pub fn max_depth(mut self, n: u32) -> Self {
+        self.max_depth = n;
+        self
+    }
+
+    /// Builds the agent.
+    ///
+    /// # Errors
+    /// - [`BuildErrorKind::MissingModel`] without a model;
+    /// - [`BuildErrorKind::InvalidConfig`] for `max_iters(0)` or a zero tool timeout;
+    /// - [`BuildErrorKind::InvalidHook`] when a hook's `validate()` fails;
+    /// - [`BuildErrorKind::Tool`] when a surviving hook tool's name is taken, its schema
+    ///   is invalid, or a tool is named like the delegation tool;
+    /// - [`BuildErrorKind::Workspace`] for an unreadable or malformed `tools.json` or
+    ///   subagent file (naming file, line and key);
+    /// - [`BuildErrorKind::InvalidDeclaration`] for duplicate subagent ids or an
+    ///   allowlist naming a tool this agent cannot call.
+    pub fn build(self) -> Result<Agent, BuildError> {
+        let Some(model) = self.model.clone() else {
+            return Err(BuildError::new(
+                BuildErrorKind::MissingModel,
+                format!(
+                    "agent `{}` has no model: call AgentBuilder::model",
+                    self.name
+                ),
+            ));
+        };
+        if self.max_iters == 0 {
+            return Err(BuildError::new(
+                BuildErrorKind::InvalidConfig,
+                "max_iters must be at least 1",
+            ));
+        }
+        if self.tool_timeout.is_zero() {
+            return Err(BuildError::new(
+                BuildErrorKind::InvalidConfig,
+                "tool_timeout must be greater than zero",
+            ));
+        }
+
+        // The bound: workspace policy, and for a child its allowlist and its parent's
+        // tools.
+        let (policy, registry) = match &self.child {
+            Some(c) => (c.policy.clone(), Some(Arc::clone(&c.registry))),
+            None => {
+                let policy = match &self.workspace {
+                    Some(ws) => load_policy(ws)?,
+                    None => None,
+                };
+                let dir = self.workspace.as_ref().map(|ws| ws.join("subagents"));
+                let delegates = !self.subagents.is_empty()
+                    || !self.factories.is_empty()
+                    || self.general_purpose
+                    || dir.as_ref().is_some_and(|d| d.is_dir());
+                let registry = if delegates {
+                    Some(Arc::new(Registry::new(
+                        &self.subagents,
+                        &self.factories,
+                        self.general_purpose,
+                        dir,
+                    )?))
+                } else {
+                    None
+                };
+                (policy, registry)
+            }
+        };
+        let bound = Bound {
+            allow: self
+                .child
+                .as_ref()
+                .map(|c| c.allow.as_slice())
+                .unwrap_or_default(),
+            policy: policy.as_deref(),
+            callable: self.child.as_ref().map(|c| &*c.callable),
+        };
+        if let Some(c) = &self.child
+            && let Some(tool) = c.allow.iter().find(|t| !c.callable.contains(t.as_str()))
+        {
+            return Err(BuildError::new(
+                BuildErrorKind::InvalidDeclaration,
+                format!(
+                    "subagent `{}`: its allowlist names tool `{tool}`, which its parent cannot call",
+                    self.name
+                ),
+            ));
+        }
+
+        // Base tools: filtered into a new registry, never removed, so a toolkit that
+        // forbids deletion is bounded all the same.
+        let base_tools = self.toolkit.filtered(|name| bound.permits(name));
+        let mut toolkit = base_tools.copy();
+
+        // Hooks.
+        let mut registered = self.hooks.clone();
+        for registry in &self.registries {
+            registered.extend(registry.snapshot());
+        }
+        if self.global_hooks {
+            registered.extend(HookRegistry::global().snapshot());
+        }
+        let chain = HookChain::build(registered, self.hook_timeout)?;
+
+        // Hook tools: collected apart, filtered, and only the survivors installed.
+        for entry in chain.entries() {
+            for tool in entry.hook().tools() {
+                let tool_name = tool.name().to_owned();
+                let filter_ok = self.hook_tool_filter.as_ref().is_none_or(|f| f(&tool_name));
+                if !filter_ok || !bound.permits(&tool_name) || tool_name == SPAWN_TOOL {
+                    tracing::debug!(
+                        hook = &*entry.name,
+                        tool = %tool_name,
+                        agent = %self.name,
+                        "hook-contributed tool rejected by the tool bound; not installed"
+                    );
+                    continue;
+                }
+                toolkit.register(tool).map_err(|e| {
+                    BuildError::tool(
+                        &format!("hook `{}` contributes tool `{tool_name}`", entry.name),
+                        e,
+                    )
+                })?;
+            }
+        }
+
+        let depth = self.child.as_ref().map_or(0, |c| c.parent.depth + 1);
+        let info = Arc::new(AgentInfo {
+            id: self.id.clone().unwrap_or_else(|| new_id("agent")),
+            name: self.name.clone(),
+            parent_id: self.child.as_ref().map(|c| c.parent.id.clone()),
+            depth,
+        });
+        let path: Arc<str> = match &self.child {
+            Some(c) => Arc::clone(&c.path),
+            None => Arc::from(self.name.as_str()),
+        };
+
+        // Delegation: a top-level agent with declarations, or a child whose allowlist
+        // names the delegation tool; never at the maximum depth, never against policy.
+        let wants_spawn = match &self.child {
+            None => true,
+            Some(c) => c.allow.iter().any(|t| t == SPAWN_TOOL),
+        };
+        let delegation = match registry {
+            Some(registry)
+                if wants_spawn && depth < self.max_depth && bound.permits(SPAWN_TOOL) =>
+            {
+                if toolkit.contains(SPAWN_TOOL) {
+                    return Err(BuildError::new(
+                        BuildErrorKind::Tool,
+                        format!(
+                            "tool name `{SPAWN_TOOL}` is reserved for delegation on agents with subagents"
+                        ),
+                    ));
+                }
+                let mut callable: HashSet<String> = toolkit.names().into_iter().collect();
+                callable.insert(SPAWN_TOOL.to_owned());
+                let template = Template {
+                    info: Arc::clone(&info),
+                    path: Arc::clone(&path),
+                    sys_prompt: self.sys_prompt.clone(),
+                    model: Arc::clone(&model),
+                    resolver: self.model_resolver.clone(),
+                    base_tools,
+                    callable: Arc::new(callable),
+                    hooks: chain
+                        .entries()
+                        .iter()
+                        .filter(|e| e.propagate)
+                        .map(|e| e.registered.clone())
+                        .collect(),
+                    options: self.options.clone(),
+                    policy: policy.clone(),
+                    hook_tool_filter: self.hook_tool_filter.clone(),
+                    max_depth: self.max_depth,
+                    max_iters_default: self.max_iters,
+                    max_gotos: self.max_gotos,
+                    tool_timeout: self.tool_timeout,
+                    hook_timeout: self.hook_timeout,
+                };
+                let delegation = Arc::new(Delegation::new(registry, template));
+                if self.child.is_none() {
+                    delegation.validate()?;
+                }
+                toolkit
+                    .register(SpawnTool::new(Arc::clone(&delegation)))
+                    .map_err(|e| BuildError::tool("the delegation tool", e))?;
+                Some(delegation)
+            }
+            _ => None,
+        };
+
+        let tool_names: Arc<[String]> = toolkit.names().into();
+        Ok(Agent {
+            inner: Arc::new(AgentInner {
+                info,
+                model,
+                tool_schemas: toolkit.schemas(),
+                toolkit,
+                tool_names,
+                chain,
+                sys_prompt: self.sys_prompt,
+                options: self.options,
+                max_iters: self.max_iters,
+                max_gotos: self.max_gotos,
+                tool_timeout: self.tool_timeout,
+                sessions: Sessions::default(),
+                store: self.store,
+                delegation,
+            }),
+        })
+    }
+}
+
+/// The narrowing applied to an agent's tools.
+struct Bound<'a> {
+    /// The declaration's allowlist (empty: no allowlist).
+    allow: &'a [String],
+    policy: Option<&'a ToolsPolicy>,
+    /// The parent's callable tools (children only).
+    callable: Option<&'a HashSet<String>>,
+}
+
+impl Bound<'_> {
+    fn permits(&self, name: &str) -> bool {
+        (self.allow.is_empty() || self.allow.iter().any(|a| a == name))
+            && self.policy.is_none_or(|p| p.permits(name, SPAWN_TOOL))
+            && self.callable.is_none_or(|c| c.contains(name))
+    }
+}

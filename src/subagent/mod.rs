@@ -1,0 +1,268 @@
+//! Declared subagents: delegation that cannot open a hole in governance.
+//!
+//! An agent with subagents offers its model the delegation tool [`SPAWN_TOOL`]
+//! (`agent_spawn {"agent_id", "task", "timeout_seconds"?}`), whose description lists the
+//! available subagents. A subagent is declared
+//! - in code, with [`SubagentDeclaration`] (`AgentBuilder::subagent`),
+//! - by a custom [`SubagentFactory`] (`AgentBuilder::subagent_factory`),
+//! - in a workspace file `<workspace>/subagents/<id>.md` (`AgentBuilder::workspace`),
+//!   present at build time (static: a broken file fails the build) or added, changed or
+//!   removed while the agent runs (dynamic: the directory is re-scanned before every
+//!   reasoning step; a broken file is reported and spawning it returns an error result),
+//! - or is the built-in `general-purpose` subagent (`AgentBuilder::general_purpose_subagent`).
+//!
+//! A declaration made in code wins over a same-name file.
+//!
+//! # Invariants
+//! Every path builds the child through one function, with the same [`AgentBuilder`]
+//! users use, so none can forget them:
+//! 1. **Hooks are inherited.** The child runs the parent's hooks — the same instances,
+//!    in the same order — plus its own. Only a hook that declares
+//!    [`Hook::propagate_to_subagents`](crate::Hook::propagate_to_subagents) `false` stays
+//!    with the parent; a child cannot drop an inherited hook.
+//! 2. **Tools only narrow.** The tools a child can call are a subset of the tools its
+//!    parent can call, ∩ the declaration's allowlist (when non-empty), ∩ the workspace
+//!    `tools.json` allow (when non-empty), − its deny. The delegation tool is never
+//!    inherited implicitly: a child gets it only if its allowlist names it, and only
+//!    below the maximum depth (default 3).
+//! 3. **Hook tools are filtered before they are installed.** Tools contributed by hooks
+//!    (`Hook::tools()`, called once per agent build) are collected apart, filtered by the
+//!    builder's hook-tool filter, the allowlist, `tools.json` and the parent's tools, and
+//!    only the survivors are registered. The bound therefore holds when the toolkit
+//!    forbids deletion, and a rejected hook tool never removes a same-name tool the child
+//!    owns.
+//! 4. **Lineage is on every event.** A child's [`AgentInfo`](crate::AgentInfo) has its
+//!    agent id as `name`, its parent's id as `parent_id`, and `depth` = parent + 1. A
+//!    child call gets a fresh run id, the parent's user id, and the session
+//!    `<agent_id>@<parent session>`, so two parent sessions' children never share memory.
+//!
+//! # Workspace files
+//! `tools.json` and the Markdown declarations are parsed strictly by [`spec`]: unknown
+//! keys, missing `description`, bad types and malformed JSON/YAML are errors naming file,
+//! line and key. A `tools.json` that exists but cannot be read or parsed fails the build:
+//! a policy that cannot be read never means "no policy".
+
+mod delegate;
+pub mod spec;
+#[cfg(test)]
+mod spec_tests;
+
+pub(crate) use delegate::{
+    ChildBinding, Delegation, HookToolFilter, Registry, SpawnTool, Template, load_policy,
+};
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::agent::AgentBuilder;
+use crate::error::{BuildError, BuildErrorKind};
+use crate::hook::{IntoHook, RegisteredHook};
+use crate::model::Model;
+
+/// The delegation tool's name.
+pub const SPAWN_TOOL: &str = "agent_spawn";
+
+/// The built-in general-purpose subagent's id.
+pub const GENERAL_PURPOSE: &str = "general-purpose";
+
+/// Resolves a declaration's `model` name to a model. Returning `None` falls back to the
+/// parent's model (with a warning).
+pub type ModelResolver = Arc<dyn Fn(&str) -> Option<Arc<dyn Model>> + Send + Sync>;
+
+/// A subagent declared in code (or loaded from a Markdown file).
+#[derive(Clone)]
+pub struct SubagentDeclaration {
+    pub(crate) name: String,
+    pub(crate) description: String,
+    pub(crate) tools: Vec<String>,
+    pub(crate) sys_prompt: Option<String>,
+    pub(crate) steps: u32,
+    pub(crate) model: Option<String>,
+    pub(crate) temperature: Option<f64>,
+    pub(crate) top_p: Option<f64>,
+    pub(crate) hooks: Vec<RegisteredHook>,
+}
+
+impl fmt::Debug for SubagentDeclaration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubagentDeclaration")
+            .field("name", &self.name)
+            .field("description", &self.description)
+            .field("tools", &self.tools)
+            .field("steps", &self.steps)
+            .field("model", &self.model)
+            .field("hooks", &self.hooks.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SubagentDeclaration {
+    /// Starts a declaration of the subagent `name` (its agent id).
+    pub fn builder(name: impl Into<String>) -> SubagentDeclarationBuilder {
+        SubagentDeclarationBuilder {
+            decl: SubagentDeclaration {
+                name: name.into(),
+                description: String::new(),
+                tools: Vec::new(),
+                sys_prompt: None,
+                steps: 10,
+                model: None,
+                temperature: None,
+                top_p: None,
+                hooks: Vec::new(),
+            },
+        }
+    }
+
+    /// The agent id.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the subagent is for (shown to the parent model).
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// The tool allowlist over inherited tools (empty = inherit all).
+    pub fn tools(&self) -> &[String] {
+        &self.tools
+    }
+
+    /// The child's maximum reasoning steps.
+    pub fn steps(&self) -> u32 {
+        self.steps
+    }
+
+    pub(crate) fn from_spec(spec: spec::DeclarationSpec) -> Self {
+        SubagentDeclaration {
+            name: spec.id,
+            description: spec.description,
+            tools: spec.tools,
+            sys_prompt: Some(spec.body).filter(|b| !b.trim().is_empty()),
+            steps: spec.steps.unwrap_or(10),
+            model: spec.model,
+            temperature: spec.temperature,
+            top_p: spec.top_p,
+            hooks: Vec::new(),
+        }
+    }
+}
+
+/// Builds a [`SubagentDeclaration`].
+#[must_use]
+#[derive(Clone, Debug)]
+pub struct SubagentDeclarationBuilder {
+    decl: SubagentDeclaration,
+}
+
+impl SubagentDeclarationBuilder {
+    /// What the subagent is for (required, shown to the parent model).
+    pub fn description(mut self, s: impl Into<String>) -> Self {
+        self.decl.description = s.into();
+        self
+    }
+
+    /// The allowlist over the parent's tools; empty (the default) inherits them all
+    /// except the delegation tool, which must be listed to be inherited.
+    pub fn tools<I>(mut self, names: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.decl.tools = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The child's system prompt (a fixed section naming the child and its parent is
+    /// appended).
+    pub fn sys_prompt(mut self, s: impl Into<String>) -> Self {
+        self.decl.sys_prompt = Some(s.into());
+        self
+    }
+
+    /// Maximum reasoning steps of the child (default 10, at least 1).
+    pub fn steps(mut self, n: u32) -> Self {
+        self.decl.steps = n;
+        self
+    }
+
+    /// A model name, resolved by the parent builder's model resolver; the parent's
+    /// model is used when it does not resolve.
+    pub fn model(mut self, name: impl Into<String>) -> Self {
+        self.decl.model = Some(name.into());
+        self
+    }
+
+    /// Temperature overlaid on the parent's options.
+    pub fn temperature(mut self, t: f64) -> Self {
+        self.decl.temperature = Some(t);
+        self
+    }
+
+    /// top_p overlaid on the parent's options.
+    pub fn top_p(mut self, p: f64) -> Self {
+        self.decl.top_p = Some(p);
+        self
+    }
+
+    /// A hook of the child's own, run after inherited hooks of equal priority.
+    pub fn hook(mut self, h: impl IntoHook) -> Self {
+        self.decl.hooks.push(h.into_registered().0);
+        self
+    }
+
+    /// Validates and builds the declaration.
+    ///
+    /// # Errors
+    /// [`BuildErrorKind::InvalidDeclaration`] for an id outside `[A-Za-z0-9_.-]+`, a
+    /// blank description, `steps(0)`, a blank allowlist entry, or an out-of-range
+    /// temperature (0–2) or top_p (0 < p ≤ 1).
+    pub fn build(self) -> Result<SubagentDeclaration, BuildError> {
+        let d = self.decl;
+        let bad = |msg: String| {
+            Err(BuildError::new(
+                BuildErrorKind::InvalidDeclaration,
+                format!("subagent declaration `{}`: {msg}", d.name),
+            ))
+        };
+        if d.name.is_empty()
+            || !d
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        {
+            return bad("the id must be non-empty and use only [A-Za-z0-9_.-]".into());
+        }
+        if d.description.trim().is_empty() {
+            return bad("`description` is required".into());
+        }
+        if d.steps == 0 {
+            return bad("`steps` must be at least 1".into());
+        }
+        if d.tools.iter().any(|t| t.trim().is_empty()) {
+            return bad("`tools` has a blank entry".into());
+        }
+        if d.temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
+            return bad("`temperature` must be within 0..=2".into());
+        }
+        if d.top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
+            return bad("`top_p` must be within (0, 1]".into());
+        }
+        Ok(d)
+    }
+}
+
+/// Builds custom children. The runtime hands [`SubagentFactory::configure`] a builder
+/// already set up with what the child inherits (model, options, the parent's tools, the
+/// declared prompt and steps); the factory may add hooks, narrow tools, change the
+/// prompt or options. Afterwards the runtime re-applies the invariants: the parent's
+/// inheritable hooks are put first, and the tools are bounded by the declaration's
+/// allowlist, `tools.json` and the parent's tools — a factory can narrow, never widen.
+pub trait SubagentFactory: Send + Sync + 'static {
+    /// The declaration: id, description (shown to the parent model), allowlist.
+    fn declaration(&self) -> &SubagentDeclaration;
+
+    /// Customizes the child's builder.
+    fn configure(&self, builder: AgentBuilder) -> AgentBuilder;
+}
