@@ -13,7 +13,7 @@ use crate::model::{GenerateOptions, Model};
 use crate::subagent::spec::ToolsPolicy;
 use crate::subagent::{
     ChildBinding, Delegation, HookToolFilter, ModelResolver, Registry, SPAWN_TOOL, SpawnTool,
-    SubagentDeclaration, SubagentFactory, Template, load_policy,
+    SubagentDeclaration, SubagentFactory, Template, check_allowlist, load_policy,
 };
 use crate::tool::Toolkit;
 use crate::util::new_id;
@@ -336,16 +336,8 @@ impl AgentBuilder {
             policy: policy.as_deref(),
             callable: self.child.as_ref().map(|c| &*c.callable),
         };
-        if let Some(c) = &self.child
-            && let Some(tool) = c.allow.iter().find(|t| !c.callable.contains(t.as_str()))
-        {
-            return Err(BuildError::new(
-                BuildErrorKind::InvalidDeclaration,
-                format!(
-                    "subagent `{}`: its allowlist names tool `{tool}`, which its parent cannot call",
-                    self.name
-                ),
-            ));
+        if let Some(c) = &self.child {
+            check_allowlist(&self.name, &c.allow, &c.callable)?;
         }
 
         // Base tools: filtered into a new registry, never removed, so a toolkit that

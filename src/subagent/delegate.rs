@@ -441,7 +441,7 @@ impl Delegation {
     }
 }
 
-fn check_allowlist(
+pub(crate) fn check_allowlist(
     id: &str,
     allow: &[String],
     callable: &HashSet<String>,

@@ -48,7 +48,8 @@ pub mod spec;
 mod spec_tests;
 
 pub(crate) use delegate::{
-    ChildBinding, Delegation, HookToolFilter, Registry, SpawnTool, Template, load_policy,
+    ChildBinding, Delegation, HookToolFilter, Registry, SpawnTool, Template, check_allowlist,
+    load_policy,
 };
 
 use std::fmt;
