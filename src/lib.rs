@@ -76,6 +76,7 @@ mod error;
 pub mod hook;
 mod message;
 pub mod model;
+pub mod observe;
 pub mod subagent;
 pub mod tool;
 mod util;
@@ -96,6 +97,7 @@ pub use model::{
     FinishReason, GenerateOptions, Model, ModelChunk, ModelError, ModelErrorKind, ModelRequest,
     ModelStream, ScriptedModel, ScriptedTurn, ToolChoice, Usage,
 };
+pub use observe::{Decision, DecisionKind};
 pub use subagent::{
     GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentDeclarationBuilder,
     SubagentFactory,

@@ -44,6 +44,9 @@ pub struct AgentBuilder {
     pub(crate) model_resolver: Option<ModelResolver>,
     pub(crate) max_depth: u32,
     pub(crate) child: Option<ChildBinding>,
+    pub(crate) trail: bool,
+    pub(crate) record_content: bool,
+    pub(crate) tool_labels: Option<Arc<HashSet<String>>>,
 }
 
 impl Clone for AgentBuilder {
@@ -71,6 +74,9 @@ impl Clone for AgentBuilder {
             model_resolver: self.model_resolver.clone(),
             max_depth: self.max_depth,
             child: self.child.clone(),
+            trail: self.trail,
+            record_content: self.record_content,
+            tool_labels: self.tool_labels.clone(),
         }
     }
 }
@@ -119,6 +125,9 @@ impl AgentBuilder {
             model_resolver: None,
             max_depth: 3,
             child: None,
+            trail: false,
+            record_content: false,
+            tool_labels: None,
         }
     }
 
@@ -262,6 +271,34 @@ impl AgentBuilder {
     /// tool.
     pub fn max_depth(mut self, n: u32) -> Self {
         self.max_depth = n;
+        self
+    }
+
+    /// Records the decision trail of every call on
+    /// [`CallOutcome::decisions`](crate::CallOutcome) (default off; calls also record
+    /// while a `tracing` subscriber listens to target `rein::decision`). Inherited by
+    /// subagents.
+    pub fn decision_trail(mut self, on: bool) -> Self {
+        self.trail = on;
+        self
+    }
+
+    /// Records message contents, tool arguments and results on spans, and previews in
+    /// decision digests (default off: they may hold personal data). Inherited by
+    /// subagents.
+    pub fn record_content(mut self, on: bool) -> Self {
+        self.record_content = on;
+        self
+    }
+
+    /// With feature `metrics`: tool names reported as metric labels as they are;
+    /// every other tool is reported as `other` (default: all names as they are).
+    pub fn metric_tool_labels<I>(mut self, names: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.tool_labels = Some(Arc::new(names.into_iter().map(Into::into).collect()));
         self
     }
 
@@ -432,6 +469,9 @@ impl AgentBuilder {
                     max_gotos: self.max_gotos,
                     tool_timeout: self.tool_timeout,
                     hook_timeout: self.hook_timeout,
+                    trail: self.trail,
+                    record_content: self.record_content,
+                    tool_labels: self.tool_labels.clone(),
                 };
                 let delegation = Arc::new(Delegation::new(registry, template));
                 if self.child.is_none() {
@@ -462,6 +502,9 @@ impl AgentBuilder {
                 sessions: Sessions::default(),
                 store: self.store,
                 delegation,
+                trail: self.trail,
+                record_content: self.record_content,
+                tool_labels: self.tool_labels,
             }),
         })
     }

@@ -56,6 +56,7 @@ use crate::error::Error;
 use crate::hook::HookChain;
 use crate::message::Msg;
 use crate::model::{GenerateOptions, Model, Usage};
+use crate::observe::Decision;
 use crate::subagent::Delegation;
 use crate::tool::{ToolSchema, Toolkit};
 use memory::Sessions;
@@ -86,6 +87,9 @@ pub struct CallOutcome {
     pub usage: Usage,
     /// How many model calls the call made.
     pub model_calls: u32,
+    /// The decisions hooks made, in order (empty unless the call recorded them: see
+    /// [`crate::observe`]).
+    pub decisions: Vec<Decision>,
 }
 
 /// Everything an agent is, shared by its clones.
@@ -105,6 +109,13 @@ pub(crate) struct AgentInner {
     pub(crate) store: Option<Arc<dyn SessionStore>>,
     /// Present when the agent can delegate (it then has the `agent_spawn` tool).
     pub(crate) delegation: Option<Arc<Delegation>>,
+    /// Record decisions on every call (also recorded when a subscriber listens).
+    pub(crate) trail: bool,
+    /// Record message contents on spans and previews in decision digests.
+    pub(crate) record_content: bool,
+    /// Tool names used as metric labels as-is; others are reported as `other`.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) tool_labels: Option<Arc<std::collections::HashSet<String>>>,
 }
 
 /// A built agent. Cheap to clone (clones share sessions); `Send + Sync`.

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::{FutureExt, StreamExt};
 use serde_json::Value;
@@ -18,9 +18,12 @@ use crate::hook::{
     PreSummaryEvent, ReasoningChunkEvent, SummaryChunkEvent,
 };
 use crate::message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
-use crate::model::{ModelChunk, ModelError, ModelErrorKind, ModelRequest, Usage};
+use crate::model::{FinishReason, ModelChunk, ModelError, ModelErrorKind, ModelRequest, Usage};
+use crate::observe::{Decision, TrailMode};
 use crate::tool::{ProgressChunk, ToolContext};
 use crate::util::{new_id, panic_message};
+use tracing::Instrument;
+use tracing::field::Empty;
 
 /// Appended (persisted, marked synthetic) when the model answers with neither text nor
 /// tool calls.
@@ -86,17 +89,70 @@ struct Call<'a> {
     usage: Usage,
     last_usage: Usage,
     model_calls: u32,
+    /// Decisions recorded so far (only touched when the call records).
+    trail: Mutex<Vec<Decision>>,
 }
 
 impl AgentInner {
-    /// Runs one call: waits for the session, loads it if needed, runs the loop, fires
-    /// `Error` on failure, saves the session.
+    /// Runs one call inside its `invoke_agent` span.
     pub(crate) async fn run_call(
         &self,
         input: Vec<Msg>,
         ctx: RunContext,
         sink: Option<Sink>,
     ) -> Result<CallOutcome, Error> {
+        let span = tracing::info_span!(
+            "invoke_agent",
+            otel.name = Empty,
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.provider.name = self.model.provider(),
+            gen_ai.request.model = self.model.name(),
+            gen_ai.agent.id = %self.info.id,
+            gen_ai.agent.name = %self.info.name,
+            rein.agent.parent_id = Empty,
+            rein.agent.depth = self.info.depth,
+            rein.session.id = %ctx.session_id(),
+            rein.run.id = %ctx.run_id(),
+            gen_ai.usage.input_tokens = Empty,
+            gen_ai.usage.output_tokens = Empty,
+            error.type = Empty,
+        );
+        if !span.is_disabled() {
+            span.record("otel.name", format!("invoke_agent {}", self.info.name));
+            if let Some(parent) = &self.info.parent_id {
+                span.record("rein.agent.parent_id", parent.as_str());
+            }
+        }
+        let result = self
+            .run_call_in_span(input, ctx, sink)
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok(outcome) => {
+                span.record("gen_ai.usage.input_tokens", outcome.usage.input_tokens);
+                span.record("gen_ai.usage.output_tokens", outcome.usage.output_tokens);
+            }
+            Err(e) => {
+                span.record("error.type", format!("{:?}", e.kind()));
+            }
+        }
+        #[cfg(feature = "metrics")]
+        crate::observe::metrics_impl::call(
+            &self.info.name,
+            if result.is_ok() { "ok" } else { "error" },
+        );
+        result
+    }
+
+    /// Waits for the session, loads it if needed, runs the loop, fires `Error` on
+    /// failure, saves the session.
+    async fn run_call_in_span(
+        &self,
+        input: Vec<Msg>,
+        ctx: RunContext,
+        sink: Option<Sink>,
+    ) -> Result<CallOutcome, Error> {
+        let mode = TrailMode::decide(self.trail, self.record_content);
         let key = SessionKey::new(ctx.user_id(), ctx.session_id());
         let slot = self.sessions.slot(&key);
         let mut memory = CallMemory::new(slot.lock_owned().await);
@@ -106,7 +162,7 @@ impl AgentInner {
                     Ok(messages) => memory.conversation().messages = messages,
                     Err(e) => {
                         memory.disarm();
-                        return Err(self.fail(Error::store(e), &ctx).await);
+                        return Err(self.fail(Error::store(e), &ctx, mode, Vec::new()).await);
                     }
                 }
             }
@@ -114,20 +170,22 @@ impl AgentInner {
         }
         let mut call = Call {
             agent: self,
-            meta: EventMeta::new(&self.info, &ctx),
+            meta: EventMeta::new(&self.info, &ctx, mode),
             ctx: &ctx,
             sink: sink.as_ref(),
             system: None,
             usage: Usage::default(),
             last_usage: Usage::default(),
             model_calls: 0,
+            trail: Mutex::new(Vec::new()),
         };
         let result = call.run(&mut memory, input).await;
         let result = match result {
             Ok(outcome) => Ok(outcome),
             Err(err) => {
                 memory.repair(&format!("not executed: the call failed ({err})"));
-                Err(self.fail(err, &ctx).await)
+                let decisions = call.take_trail();
+                Err(self.fail(err, &ctx, mode, decisions).await)
             }
         };
         memory.disarm();
@@ -135,7 +193,9 @@ impl AgentInner {
             let key = SessionKey::new(ctx.user_id(), ctx.session_id());
             if let Err(e) = store.save(&key, memory.messages()).await {
                 return match result {
-                    Ok(_) => Err(self.fail(Error::store(e), &ctx).await),
+                    Ok(outcome) => Err(self
+                        .fail(Error::store(e), &ctx, mode, outcome.decisions)
+                        .await),
                     Err(first) => {
                         tracing::error!(error = %e, "session save after a failed call also failed");
                         Err(first)
@@ -151,13 +211,20 @@ impl AgentInner {
 
     /// Fires the `Error` event (hook failures are logged, never change the error) and
     /// returns the error.
-    async fn fail(&self, error: Error, ctx: &RunContext) -> Error {
+    async fn fail(
+        &self,
+        error: Error,
+        ctx: &RunContext,
+        mode: TrailMode,
+        decisions: Vec<Decision>,
+    ) -> Error {
         if !self.chain.wants(EventKind::Error) {
             return error;
         }
         let mut event = HookEvent::Error(ErrorEvent {
-            meta: EventMeta::new(&self.info, ctx),
+            meta: EventMeta::new(&self.info, ctx, mode),
             error,
+            decisions,
         });
         // Notification event: the chain never returns an error for it.
         let _ = self.chain.dispatch(&mut event).await;
@@ -170,8 +237,27 @@ impl AgentInner {
 }
 
 impl Call<'_> {
+    /// Dispatches an event; decisions hooks made are emitted on the current span and
+    /// kept for the outcome.
     async fn dispatch(&self, event: &mut HookEvent) -> Result<(), Error> {
-        self.agent.chain.dispatch(event).await
+        let result = self.agent.chain.dispatch(event).await;
+        if self.meta.mode.on {
+            let made = std::mem::take(&mut event.meta_mut().trail);
+            if !made.is_empty() {
+                for d in &made {
+                    crate::observe::emit_decision(d);
+                }
+                self.trail
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .extend(made);
+            }
+        }
+        result
+    }
+
+    fn take_trail(&self) -> Vec<Decision> {
+        std::mem::take(&mut *self.trail.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     fn wants(&self, kind: EventKind) -> bool {
@@ -470,6 +556,16 @@ impl Call<'_> {
             if e.tool_use != original {
                 memory.update_tool_use(&e.tool_use);
             }
+            #[cfg(feature = "metrics")]
+            if let Some(d) = &e.denial {
+                crate::observe::metrics_impl::denial(
+                    d.hook.as_deref().unwrap_or("<runtime>"),
+                    crate::observe::metrics_impl::tool_label(
+                        self.agent.tool_labels.as_deref(),
+                        &e.tool_use.name,
+                    ),
+                );
+            }
             planned.push(Planned {
                 tool_use: e.tool_use,
                 denial: e.denial.map(|d| d.reason),
@@ -597,25 +693,61 @@ impl Call<'_> {
         progress: Option<UnboundedSender<ProgressChunk>>,
     ) -> ToolResult {
         let ToolUse { id, name, input } = &p.tool_use;
+        let span = tracing::info_span!(
+            "execute_tool",
+            otel.name = Empty,
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %name,
+            gen_ai.tool.call.id = %id,
+            gen_ai.tool.call.arguments = Empty,
+            gen_ai.tool.call.result = Empty,
+            rein.tool.status = Empty,
+        );
+        if !span.is_disabled() {
+            span.record("otel.name", format!("execute_tool {name}"));
+            if self.agent.record_content {
+                span.record("gen_ai.tool.call.arguments", input.to_string());
+            }
+        }
+        let (result, status) = self
+            .run_tool_in_span(p, index, progress)
+            .instrument(span.clone())
+            .await;
+        span.record("rein.tool.status", status);
+        if self.agent.record_content && !span.is_disabled() {
+            span.record("gen_ai.tool.call.result", result.content.as_str());
+        }
+        #[cfg(feature = "metrics")]
+        crate::observe::metrics_impl::tool_call(
+            crate::observe::metrics_impl::tool_label(self.agent.tool_labels.as_deref(), name),
+            status,
+        );
+        result
+    }
+
+    /// Runs one call; returns the result and a status label (`ok`, `denied`,
+    /// `unknown_tool`, `invalid_arguments`, `error`, `panic`, `timeout`).
+    async fn run_tool_in_span(
+        &self,
+        p: &Planned,
+        index: usize,
+        progress: Option<UnboundedSender<ProgressChunk>>,
+    ) -> (ToolResult, &'static str) {
+        let ToolUse { id, name, input } = &p.tool_use;
         if let Some(reason) = &p.denial {
-            return ToolResult::error(id, name, format!("Tool call `{name}` was denied: {reason}"));
+            let text = format!("Tool call `{name}` was denied: {reason}");
+            return (ToolResult::error(id, name, text), "denied");
         }
         let Some(entry) = self.agent.toolkit.entry(name) else {
             let available = self.agent.tool_names.join(", ");
-            return ToolResult::error(
-                id,
-                name,
-                format!("Unknown tool `{name}`. Available tools: [{available}]"),
-            );
+            let text = format!("Unknown tool `{name}`. Available tools: [{available}]");
+            return (ToolResult::error(id, name, text), "unknown_tool");
         };
         let args = match entry.prepare(input) {
             Ok(args) => args,
             Err(msg) => {
-                return ToolResult::error(
-                    id,
-                    name,
-                    format!("Invalid arguments for tool `{name}`: {msg}"),
-                );
+                let text = format!("Invalid arguments for tool `{name}`: {msg}");
+                return (ToolResult::error(id, name, text), "invalid_arguments");
             }
         };
         let ctx = ToolContext {
@@ -631,16 +763,23 @@ impl Call<'_> {
         // future is caught too.
         let fut = AssertUnwindSafe(async { entry.tool.call(args, ctx).await }).catch_unwind();
         match tokio::time::timeout(limit, fut).await {
-            Ok(Ok(Ok(text))) => ToolResult::new(id, name, text),
-            Ok(Ok(Err(e))) => ToolResult::error(id, name, format!("Tool `{name}` failed: {e}")),
-            Ok(Err(payload)) => ToolResult::error(
-                id,
-                name,
-                format!("Tool `{name}` panicked: {}", panic_message(&*payload)),
+            Ok(Ok(Ok(text))) => (ToolResult::new(id, name, text), "ok"),
+            Ok(Ok(Err(e))) => (
+                ToolResult::error(id, name, format!("Tool `{name}` failed: {e}")),
+                "error",
             ),
-            Err(_) => {
-                ToolResult::error(id, name, format!("Tool `{name}` timed out after {limit:?}"))
-            }
+            Ok(Err(payload)) => (
+                ToolResult::error(
+                    id,
+                    name,
+                    format!("Tool `{name}` panicked: {}", panic_message(&*payload)),
+                ),
+                "panic",
+            ),
+            Err(_) => (
+                ToolResult::error(id, name, format!("Tool `{name}` timed out after {limit:?}")),
+                "timeout",
+            ),
         }
     }
 
@@ -707,6 +846,14 @@ impl Call<'_> {
                 message: reply,
                 reason,
                 usage: self.usage,
+                decisions: if self.meta.mode.on {
+                    self.trail
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone()
+                } else {
+                    Vec::new()
+                },
             });
             self.dispatch(&mut ev).await?;
             let HookEvent::PostCall(e) = ev else {
@@ -719,6 +866,7 @@ impl Call<'_> {
             reason,
             usage: self.usage,
             model_calls: self.model_calls,
+            decisions: self.take_trail(),
         })
     }
 
@@ -726,7 +874,75 @@ impl Call<'_> {
     /// assistant message.
     async fn stream_model(&mut self, request: ModelRequest, phase: Phase) -> Result<Msg, Error> {
         let agent = self.agent;
+        let model_name = request
+            .options
+            .model
+            .clone()
+            .unwrap_or_else(|| agent.model.name().to_owned());
+        let span = tracing::info_span!(
+            "chat",
+            otel.name = Empty,
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = agent.model.provider(),
+            gen_ai.request.model = %model_name,
+            gen_ai.request.temperature = request.options.temperature,
+            gen_ai.request.top_p = request.options.top_p,
+            gen_ai.request.max_tokens = request.options.max_tokens,
+            gen_ai.response.finish_reasons = Empty,
+            gen_ai.usage.input_tokens = Empty,
+            gen_ai.usage.output_tokens = Empty,
+            gen_ai.input.messages = Empty,
+            gen_ai.output.messages = Empty,
+            rein.phase = phase.as_str(),
+        );
+        if !span.is_disabled() {
+            span.record("otel.name", format!("chat {model_name}"));
+            if agent.record_content {
+                span.record(
+                    "gen_ai.input.messages",
+                    serde_json::to_string(&request.messages).unwrap_or_default(),
+                );
+            }
+        }
+        let result = self
+            .stream_model_in_span(request, phase)
+            .instrument(span.clone())
+            .await;
+        if let Ok((msg, finish)) = &result {
+            if let Some(reason) = finish {
+                span.record(
+                    "gen_ai.response.finish_reasons",
+                    format!("{reason:?}").to_lowercase(),
+                );
+            }
+            span.record("gen_ai.usage.input_tokens", self.last_usage.input_tokens);
+            span.record("gen_ai.usage.output_tokens", self.last_usage.output_tokens);
+            if agent.record_content && !span.is_disabled() {
+                span.record(
+                    "gen_ai.output.messages",
+                    serde_json::to_string(msg).unwrap_or_default(),
+                );
+            }
+        }
+        #[cfg(feature = "metrics")]
+        crate::observe::metrics_impl::model_call(
+            &agent.info.name,
+            &model_name,
+            self.last_usage.input_tokens,
+            self.last_usage.output_tokens,
+        );
+        result.map(|(msg, _)| msg)
+    }
+
+    async fn stream_model_in_span(
+        &mut self,
+        request: ModelRequest,
+        phase: Phase,
+    ) -> Result<(Msg, Option<FinishReason>), Error> {
+        let agent = self.agent;
         self.model_calls += 1;
+        self.last_usage = Usage::default();
+        let mut finish = None;
         let listen = self.wants(phase.chunk_kind());
         let mut msg = Msg::new(Role::Assistant, Vec::new()).with_name(agent.info.name.clone());
         let mut calls: Vec<PartialCall> = Vec::new();
@@ -750,6 +966,9 @@ impl Call<'_> {
             let chunk = item.map_err(model_err)?;
             if let Some(sink) = self.sink {
                 forward_chunk(sink, &chunk, &calls);
+            }
+            if let ModelChunk::Finish(reason) = &chunk {
+                finish = Some(reason.clone());
             }
             apply_chunk(&mut msg, &mut calls, &mut usage, &chunk);
             if listen {
@@ -776,7 +995,7 @@ impl Call<'_> {
         }
         self.usage.add(usage);
         self.last_usage = usage;
-        Ok(msg)
+        Ok((msg, finish))
     }
 }
 

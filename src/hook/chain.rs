@@ -111,9 +111,13 @@ impl HookChain {
         let kind = event.kind();
         for &i in &self.by_kind[kind as usize] {
             let entry = &self.entries[usize::from(i)];
-            event.meta_mut().current_hook = Some(Arc::clone(&entry.name));
+            let meta = event.meta_mut();
+            meta.current_hook = Some(Arc::clone(&entry.name));
+            meta.current_priority = entry.priority;
             let outcome = call_guarded(entry, event).await;
             if let Err(failure) = outcome {
+                #[cfg(feature = "metrics")]
+                crate::observe::metrics_impl::hook_error(&entry.name, kind.as_str());
                 if kind.is_notification() || entry.policy == FailurePolicy::Ignore {
                     tracing::warn!(
                         hook = &*entry.name,

@@ -6,6 +6,7 @@ use crate::agent::{AgentInfo, RunContext, StopReason};
 use crate::error::Error;
 use crate::message::{Msg, Role, ToolResult, ToolUse};
 use crate::model::{GenerateOptions, ModelChunk, Usage};
+use crate::observe::{Decision, DecisionKind, TrailMode, digest};
 
 use super::EventKind;
 
@@ -16,15 +17,64 @@ pub(crate) struct EventMeta {
     pub(crate) ctx: RunContext,
     /// The hook currently being called (set by the chain), for attributing decisions.
     pub(crate) current_hook: Option<Arc<str>>,
+    pub(crate) current_priority: i32,
+    /// Whether (and how) decisions are recorded in this call.
+    pub(crate) mode: TrailMode,
+    /// Decisions made during this dispatch; drained by the loop afterwards.
+    pub(crate) trail: Vec<Decision>,
 }
 
 impl EventMeta {
-    pub(crate) fn new(agent: &Arc<AgentInfo>, ctx: &RunContext) -> Self {
+    pub(crate) fn new(agent: &Arc<AgentInfo>, ctx: &RunContext, mode: TrailMode) -> Self {
         Self {
             agent: Arc::clone(agent),
             ctx: ctx.clone(),
             current_hook: None,
+            current_priority: 0,
+            mode,
+            trail: Vec::new(),
         }
+    }
+
+    /// Whether decisions are recorded (check before computing digests).
+    #[inline]
+    pub(crate) fn recording(&self) -> bool {
+        self.mode.on
+    }
+
+    /// Digest of a value for a decision record.
+    pub(crate) fn digest<T: serde::Serialize + ?Sized>(&self, value: &T) -> String {
+        digest(value, self.mode.reveal)
+    }
+
+    /// Records a decision by the current hook.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn note(
+        &mut self,
+        event: super::EventKind,
+        kind: DecisionKind,
+        field: &'static str,
+        before: String,
+        after: String,
+        reason: Option<String>,
+        tool_call_id: Option<&str>,
+    ) {
+        self.trail.push(Decision {
+            hook: self
+                .current_hook
+                .as_deref()
+                .unwrap_or("<runtime>")
+                .to_owned(),
+            priority: self.current_priority,
+            event,
+            kind,
+            field,
+            before,
+            after,
+            reason,
+            agent_id: self.agent.id.clone(),
+            tool_call_id: tool_call_id.map(str::to_owned),
+        });
     }
 }
 
@@ -80,6 +130,21 @@ impl PreCallEvent {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) error: use
     /// [`PreCallEvent::set_system_prompt`] instead.
     pub fn set_messages(&mut self, messages: Vec<Msg>) {
+        if self.meta.recording() && messages != self.messages {
+            let (b, a) = (
+                self.meta.digest(&self.messages),
+                self.meta.digest(&messages),
+            );
+            self.meta.note(
+                EventKind::PreCall,
+                DecisionKind::MessagesReplaced,
+                "messages",
+                b,
+                a,
+                None,
+                None,
+            );
+        }
         self.messages = messages;
     }
 
@@ -91,6 +156,21 @@ impl PreCallEvent {
     /// Replaces the system prompt for this call only. It is frozen after `PreCall` and
     /// prepended to every model request of the call; it is never stored in memory.
     pub fn set_system_prompt(&mut self, prompt: Option<String>) {
+        if self.meta.recording() && prompt != self.system_prompt {
+            let (b, a) = (
+                self.meta.digest(&self.system_prompt),
+                self.meta.digest(&prompt),
+            );
+            self.meta.note(
+                EventKind::PreCall,
+                DecisionKind::SystemPromptReplaced,
+                "system_prompt",
+                b,
+                a,
+                None,
+                None,
+            );
+        }
         self.system_prompt = prompt;
     }
 }
@@ -114,6 +194,21 @@ impl PreReasoningEvent {
 
     /// Replaces the messages for this model call only; memory is not changed.
     pub fn set_messages(&mut self, messages: Vec<Msg>) {
+        if self.meta.recording() && messages != self.messages {
+            let (b, a) = (
+                self.meta.digest(&self.messages),
+                self.meta.digest(&messages),
+            );
+            self.meta.note(
+                EventKind::PreReasoning,
+                DecisionKind::MessagesReplaced,
+                "messages",
+                b,
+                a,
+                None,
+                None,
+            );
+        }
         self.messages = messages;
     }
 
@@ -127,6 +222,18 @@ impl PreReasoningEvent {
     /// overlay a few fields, merge:
     /// `GenerateOptions::merge(&mine, event.generate_options())`.
     pub fn set_generate_options(&mut self, options: GenerateOptions) {
+        if self.meta.recording() && options != self.options {
+            let (b, a) = (options_text(&self.options), options_text(&options));
+            self.meta.note(
+                EventKind::PreReasoning,
+                DecisionKind::OptionsSet,
+                "generate_options",
+                b,
+                a,
+                None,
+                None,
+            );
+        }
         self.options = options;
     }
 
@@ -183,6 +290,18 @@ impl PostReasoningEvent {
     /// The role is forced to `Assistant`.
     pub fn set_message(&mut self, mut message: Msg) {
         message.role = Role::Assistant;
+        if self.meta.recording() && message != self.message {
+            let (b, a) = (self.meta.digest(&self.message), self.meta.digest(&message));
+            self.meta.note(
+                EventKind::PostReasoning,
+                DecisionKind::MessageReplaced,
+                "message",
+                b,
+                a,
+                None,
+                None,
+            );
+        }
         self.message = message;
     }
 
@@ -194,6 +313,19 @@ impl PostReasoningEvent {
     /// [`ErrorKind::GotoLimit`](crate::ErrorKind::GotoLimit). A later call replaces an
     /// earlier one's messages. [`PostReasoningEvent::stop_agent`] takes precedence.
     pub fn goto_reasoning(&mut self, messages: Vec<Msg>) {
+        if self.meta.recording() {
+            let b = self.meta.digest(&self.goto);
+            let a = self.meta.digest(&messages);
+            self.meta.note(
+                EventKind::PostReasoning,
+                DecisionKind::Goto,
+                "goto",
+                b,
+                a,
+                None,
+                None,
+            );
+        }
         self.goto = Some(messages);
     }
 
@@ -206,6 +338,17 @@ impl PostReasoningEvent {
     /// pending; a later call on the same session with no new messages runs them and
     /// continues. Cannot be undone by a later hook.
     pub fn stop_agent(&mut self) {
+        if self.meta.recording() && !self.stop {
+            self.meta.note(
+                EventKind::PostReasoning,
+                DecisionKind::Stop,
+                "stop",
+                "false".into(),
+                "true".into(),
+                None,
+                None,
+            );
+        }
         self.stop = true;
     }
 
@@ -258,6 +401,24 @@ impl PreActingEvent {
             );
             return;
         }
+        if self.meta.recording()
+            && (tool_use.name != self.tool_use.name || tool_use.input != self.tool_use.input)
+        {
+            let b = self
+                .meta
+                .digest(&(&self.tool_use.name, &self.tool_use.input));
+            let a = self.meta.digest(&(&tool_use.name, &tool_use.input));
+            let id = self.tool_use.id.clone();
+            self.meta.note(
+                EventKind::PreActing,
+                DecisionKind::ToolInputRewritten,
+                "tool_use",
+                b,
+                a,
+                None,
+                Some(&id),
+            );
+        }
         self.tool_use.name = tool_use.name;
         self.tool_use.input = tool_use.input;
     }
@@ -266,8 +427,21 @@ impl PreActingEvent {
     /// with `reason`. Cannot be undone by a later hook; the first reason is kept.
     pub fn deny(&mut self, reason: impl Into<String>) {
         if self.denial.is_none() {
+            let reason = reason.into();
+            if self.meta.recording() {
+                let id = self.tool_use.id.clone();
+                self.meta.note(
+                    EventKind::PreActing,
+                    DecisionKind::ToolDenied,
+                    "denied",
+                    "false".into(),
+                    "true".into(),
+                    Some(reason.clone()),
+                    Some(&id),
+                );
+            }
             self.denial = Some(Denial {
-                reason: reason.into(),
+                reason,
                 hook: self.meta.current_hook.clone(),
             });
         }
@@ -337,6 +511,22 @@ impl PostActingEvent {
     pub fn set_tool_result(&mut self, mut result: ToolResult) {
         result.id.clone_from(&self.result.id);
         result.name.clone_from(&self.result.name);
+        if self.meta.recording() && result != self.result {
+            let b = self
+                .meta
+                .digest(&(&self.result.content, self.result.is_error));
+            let a = self.meta.digest(&(&result.content, result.is_error));
+            let id = self.result.id.clone();
+            self.meta.note(
+                EventKind::PostActing,
+                DecisionKind::ToolResultReplaced,
+                "tool_result",
+                b,
+                a,
+                None,
+                Some(&id),
+            );
+        }
         self.result = result;
     }
 
@@ -349,6 +539,18 @@ impl PostActingEvent {
     /// the turn, not only the last. The call returns the turn's tool message; a later
     /// call continues with reasoning.
     pub fn stop_agent(&mut self) {
+        if self.meta.recording() && !self.stop {
+            let id = self.tool_use.id.clone();
+            self.meta.note(
+                EventKind::PostActing,
+                DecisionKind::Stop,
+                "stop",
+                "false".into(),
+                "true".into(),
+                None,
+                Some(&id),
+            );
+        }
         self.stop = true;
     }
 
@@ -376,6 +578,21 @@ impl PreSummaryEvent {
 
     /// Replaces the summary call's messages (not persisted).
     pub fn set_messages(&mut self, messages: Vec<Msg>) {
+        if self.meta.recording() && messages != self.messages {
+            let (b, a) = (
+                self.meta.digest(&self.messages),
+                self.meta.digest(&messages),
+            );
+            self.meta.note(
+                EventKind::PreSummary,
+                DecisionKind::MessagesReplaced,
+                "messages",
+                b,
+                a,
+                None,
+                None,
+            );
+        }
         self.messages = messages;
     }
 
@@ -386,6 +603,18 @@ impl PreSummaryEvent {
 
     /// Replaces the summary call's options.
     pub fn set_generate_options(&mut self, options: GenerateOptions) {
+        if self.meta.recording() && options != self.options {
+            let (b, a) = (options_text(&self.options), options_text(&options));
+            self.meta.note(
+                EventKind::PreSummary,
+                DecisionKind::OptionsSet,
+                "generate_options",
+                b,
+                a,
+                None,
+                None,
+            );
+        }
         self.options = options;
     }
 
@@ -432,6 +661,18 @@ impl PostSummaryEvent {
     /// `Assistant`.
     pub fn set_message(&mut self, mut message: Msg) {
         message.role = Role::Assistant;
+        if self.meta.recording() && message != self.message {
+            let (b, a) = (self.meta.digest(&self.message), self.meta.digest(&message));
+            self.meta.note(
+                EventKind::PostSummary,
+                DecisionKind::MessageReplaced,
+                "message",
+                b,
+                a,
+                None,
+                None,
+            );
+        }
         self.message = message;
     }
 }
@@ -443,6 +684,7 @@ pub struct PostCallEvent {
     pub(crate) message: Msg,
     pub(crate) reason: StopReason,
     pub(crate) usage: Usage,
+    pub(crate) decisions: Vec<Decision>,
 }
 
 impl PostCallEvent {
@@ -454,7 +696,25 @@ impl PostCallEvent {
     /// Replaces the reply the caller gets. The stored conversation keeps the original
     /// (memory records what the model said; the caller sees the governed reply).
     pub fn set_final_message(&mut self, message: Msg) {
+        if self.meta.recording() && message != self.message {
+            let (b, a) = (self.meta.digest(&self.message), self.meta.digest(&message));
+            self.meta.note(
+                EventKind::PostCall,
+                DecisionKind::FinalMessageReplaced,
+                "final_message",
+                b,
+                a,
+                None,
+                None,
+            );
+        }
         self.message = message;
+    }
+
+    /// The decisions hooks made during this call so far (empty unless the call
+    /// records decisions: see [`crate::observe`]).
+    pub fn decisions(&self) -> &[Decision] {
+        &self.decisions
     }
 
     /// Why the loop ended.
@@ -473,6 +733,7 @@ impl PostCallEvent {
 pub struct ErrorEvent {
     pub(crate) meta: EventMeta,
     pub(crate) error: Error,
+    pub(crate) decisions: Vec<Decision>,
 }
 
 impl ErrorEvent {
@@ -480,6 +741,17 @@ impl ErrorEvent {
     pub fn error(&self) -> &Error {
         &self.error
     }
+
+    /// The decisions hooks made during the failed call (empty unless the call records
+    /// decisions: see [`crate::observe`]).
+    pub fn decisions(&self) -> &[Decision] {
+        &self.decisions
+    }
+}
+
+/// Options shown in full in decision records: they hold no user data.
+fn options_text(o: &GenerateOptions) -> String {
+    serde_json::to_string(o).unwrap_or_default()
 }
 
 /// One lifecycle event, as hooks receive it. Match on it to reach the payload's

@@ -255,6 +255,9 @@ pub(crate) struct Template {
     pub(crate) max_gotos: u32,
     pub(crate) tool_timeout: Duration,
     pub(crate) hook_timeout: Option<Duration>,
+    pub(crate) trail: bool,
+    pub(crate) record_content: bool,
+    pub(crate) tool_labels: Option<Arc<HashSet<String>>>,
 }
 
 /// What a child's builder needs to bound it: set only by [`Delegation::build_child`].
@@ -413,6 +416,9 @@ impl Delegation {
         b.hook_tool_filter = t.hook_tool_filter.clone();
         b.model_resolver = t.resolver.clone();
         b.max_depth = t.max_depth;
+        b.trail = t.trail;
+        b.record_content = t.record_content;
+        b.tool_labels = t.tool_labels.clone();
         b.hooks.extend(decl.hooks.iter().cloned());
         if let Some(f) = factory {
             b = f.configure(b);

@@ -13,6 +13,7 @@ mod hook_chain;
 mod loop_control;
 mod messages;
 mod mutators;
+mod observability;
 mod sessions;
 mod streaming;
 mod subagent_properties;

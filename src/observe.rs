@@ -1,0 +1,215 @@
+//! Observability: the decision trail, GenAI spans and (feature `metrics`) metrics.
+//!
+//! # Decision trail
+//! Every hook action that changes a run — options set, messages replaced, tool input
+//! rewritten, tool denied, tool result replaced, redo, stop, final message replaced — is
+//! recorded as a [`Decision`]: which hook (name and priority), on which event, which
+//! field, a short digest of the value before and after, and the reason where there is
+//! one. Pure observation leaves no record, and a mutation that sets the value it found
+//! leaves none either.
+//!
+//! Whether a call records is decided once, when it starts: it does when the agent was
+//! built with [`AgentBuilder::decision_trail`](crate::AgentBuilder::decision_trail), or
+//! when a `tracing` subscriber is interested in target `rein::decision` at `INFO`. Then
+//! each decision is emitted as a `tracing` event on the current span (a span event in
+//! OpenTelemetry terms) and collected on [`CallOutcome::decisions`](crate::CallOutcome)
+//! (also visible to `PostCall` and `Error` hooks). Otherwise nothing is built.
+//!
+//! Digests reveal nothing by default: `"{len}B#{hash}"` (FNV-1a 64 of the JSON form), so
+//! two digests compare equal exactly when the values do. Generation options are shown
+//! in full (they hold no user data). With
+//! [`AgentBuilder::record_content`](crate::AgentBuilder::record_content) digests show a
+//! truncated preview instead.
+//!
+//! # Spans
+//! Spans follow the OpenTelemetry GenAI semantic conventions (span names carry the
+//! `otel.name` field for `tracing-opentelemetry`):
+//! - `invoke_agent {agent}` per call, with `gen_ai.agent.id`/`name`, `rein.session.id`,
+//!   `rein.run.id`, `rein.agent.parent_id`, usage;
+//! - `chat {model}` per model call, with request options, finish reasons and usage;
+//! - `execute_tool {tool}` per tool call, with `gen_ai.tool.name` and
+//!   `gen_ai.tool.call.id`. A subagent's `invoke_agent` span sits under its parent's
+//!   `execute_tool agent_spawn` span.
+//!
+//! Message contents, tool arguments and results are recorded on spans only with
+//! `record_content(true)`.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::hook::EventKind;
+
+/// What a hook did to the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DecisionKind {
+    /// Generation options replaced (`PreReasoning`, `PreSummary`).
+    OptionsSet,
+    /// Messages replaced (`PreCall` input, `PreReasoning`/`PreSummary` model input).
+    MessagesReplaced,
+    /// The call's system prompt replaced (`PreCall`).
+    SystemPromptReplaced,
+    /// A model or summary message replaced (`PostReasoning`, `PostSummary`).
+    MessageReplaced,
+    /// A tool call's name or input rewritten (`PreActing`).
+    ToolInputRewritten,
+    /// A tool call denied (`PreActing`).
+    ToolDenied,
+    /// A tool result replaced (`PostActing`).
+    ToolResultReplaced,
+    /// Reasoning redone with extra messages (`PostReasoning`).
+    Goto,
+    /// The loop stopped (`PostReasoning`, `PostActing`).
+    Stop,
+    /// The caller's reply replaced (`PostCall`).
+    FinalMessageReplaced,
+}
+
+impl DecisionKind {
+    /// The snake_case name, e.g. `"tool_denied"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionKind::OptionsSet => "options_set",
+            DecisionKind::MessagesReplaced => "messages_replaced",
+            DecisionKind::SystemPromptReplaced => "system_prompt_replaced",
+            DecisionKind::MessageReplaced => "message_replaced",
+            DecisionKind::ToolInputRewritten => "tool_input_rewritten",
+            DecisionKind::ToolDenied => "tool_denied",
+            DecisionKind::ToolResultReplaced => "tool_result_replaced",
+            DecisionKind::Goto => "goto",
+            DecisionKind::Stop => "stop",
+            DecisionKind::FinalMessageReplaced => "final_message_replaced",
+        }
+    }
+}
+
+/// One recorded hook action.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Decision {
+    /// The hook's name.
+    pub hook: String,
+    /// The hook's priority.
+    pub priority: i32,
+    /// The event during which it acted.
+    pub event: EventKind,
+    /// What it did.
+    pub kind: DecisionKind,
+    /// The field it changed, e.g. `"tool_use.input"`.
+    pub field: &'static str,
+    /// Digest of the value before.
+    pub before: String,
+    /// Digest of the value after.
+    pub after: String,
+    /// The reason given (denials), if any.
+    pub reason: Option<String>,
+    /// The agent whose run it changed.
+    pub agent_id: String,
+    /// The tool call concerned, for tool decisions.
+    pub tool_call_id: Option<String>,
+}
+
+impl Serialize for EventKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// How a call records decisions (decided once per call).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TrailMode {
+    pub(crate) on: bool,
+    pub(crate) reveal: bool,
+}
+
+impl TrailMode {
+    /// Records when asked to, or when a subscriber listens to `rein::decision`.
+    pub(crate) fn decide(trail: bool, reveal: bool) -> Self {
+        let on = trail || tracing::enabled!(target: "rein::decision", tracing::Level::INFO);
+        Self { on, reveal }
+    }
+}
+
+/// A digest of `value`'s JSON form: `"{len}B#{fnv64}"`, or a preview when `reveal`.
+pub(crate) fn digest<T: Serialize + ?Sized>(value: &T, reveal: bool) -> String {
+    let json = serde_json::to_string(value).unwrap_or_default();
+    digest_str(&json, reveal)
+}
+
+pub(crate) fn digest_str(text: &str, reveal: bool) -> String {
+    if reveal {
+        return crate::util::truncate(text, 120);
+    }
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let mut out = String::with_capacity(32);
+    let _ = write!(out, "{}B#{hash:016x}", text.len());
+    out
+}
+
+/// Emits a decision as a `tracing` event on the current span.
+pub(crate) fn emit_decision(d: &Decision) {
+    tracing::info!(
+        target: "rein::decision",
+        hook = %d.hook,
+        priority = d.priority,
+        event = d.event.as_str(),
+        kind = d.kind.as_str(),
+        field = d.field,
+        before = %d.before,
+        after = %d.after,
+        reason = d.reason.as_deref(),
+        agent.id = %d.agent_id,
+        tool.call.id = d.tool_call_id.as_deref(),
+        "hook decision"
+    );
+}
+
+/// Metrics through the `metrics` facade (feature `metrics`). Every function is a no-op
+/// without the feature.
+#[cfg(feature = "metrics")]
+pub(crate) mod metrics_impl {
+    use std::collections::HashSet;
+
+    /// Maps a tool name to its label: itself, or `"other"` outside a configured set.
+    pub(crate) fn tool_label<'a>(labels: Option<&HashSet<String>>, tool: &'a str) -> &'a str {
+        match labels {
+            Some(set) if !set.contains(tool) => "other",
+            _ => tool,
+        }
+    }
+
+    pub(crate) fn call(agent: &str, outcome: &'static str) {
+        metrics::counter!("rein_calls_total", "agent" => agent.to_owned(), "outcome" => outcome)
+            .increment(1);
+    }
+
+    pub(crate) fn model_call(agent: &str, model: &str, input: u64, output: u64) {
+        metrics::counter!("rein_model_calls_total", "agent" => agent.to_owned(), "model" => model.to_owned())
+            .increment(1);
+        metrics::counter!("rein_tokens_total", "agent" => agent.to_owned(), "direction" => "input")
+            .increment(input);
+        metrics::counter!("rein_tokens_total", "agent" => agent.to_owned(), "direction" => "output")
+            .increment(output);
+    }
+
+    pub(crate) fn tool_call(tool: &str, status: &'static str) {
+        metrics::counter!("rein_tool_calls_total", "tool" => tool.to_owned(), "status" => status)
+            .increment(1);
+    }
+
+    pub(crate) fn hook_error(hook: &str, event: &'static str) {
+        metrics::counter!("rein_hook_errors_total", "hook" => hook.to_owned(), "event" => event)
+            .increment(1);
+    }
+
+    pub(crate) fn denial(hook: &str, tool: &str) {
+        metrics::counter!("rein_denials_total", "hook" => hook.to_owned(), "tool" => tool.to_owned())
+            .increment(1);
+    }
+}

@@ -1,0 +1,198 @@
+//! Allocation guards, in their own test binary: `allocation-counter` replaces the
+//! global allocator with one that counts per thread, and each test drives its agent on
+//! a current-thread runtime, so tests running in parallel do not disturb each other.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use rein::*;
+use serde_json::json;
+
+/// Allocations (count, bytes) made on this thread while `f` runs to completion.
+fn measure<T>(rt: &tokio::runtime::Runtime, f: impl std::future::Future<Output = T>) -> (u64, u64) {
+    let info = allocation_counter::measure(|| {
+        let _ = rt.block_on(f);
+    });
+    (info.count_total, info.bytes_total)
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// An observer that never mutates.
+struct Observer(Interest);
+
+impl Hook for Observer {
+    fn interest(&self) -> Interest {
+        self.0
+    }
+    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        std::hint::black_box(event.kind());
+        Ok(())
+    }
+}
+
+fn tools() -> Toolkit {
+    let mut t = Toolkit::new();
+    t.register(FunctionTool::new(
+        "add",
+        "adds",
+        json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}),
+        |args| async move { Ok((args["a"].as_f64().unwrap_or(0.0) + args["b"].as_f64().unwrap_or(0.0)).to_string()) },
+    ))
+    .unwrap();
+    t
+}
+
+fn script(n: usize) -> Vec<ScriptedTurn> {
+    (0..n)
+        .flat_map(|_| {
+            [
+                ScriptedTurn::tool_call("add", json!({"a": 1, "b": 2})),
+                ScriptedTurn::text("3"),
+            ]
+        })
+        .collect()
+}
+
+fn agent(hooks: impl FnOnce(AgentBuilder) -> AgentBuilder, turns: usize) -> Agent {
+    hooks(
+        Agent::builder()
+            .model(ScriptedModel::new(script(turns)))
+            .toolkit(tools())
+            .without_global_hooks(),
+    )
+    .build()
+    .unwrap()
+}
+
+#[test]
+fn events_nobody_subscribed_to_allocate_nothing() {
+    let rt = rt();
+    let plain = agent(|b| b, 2);
+    let b_hooks = |mut b: AgentBuilder| {
+        for _ in 0..10 {
+            b = b.hook(Observer(Interest::only(EventKind::Error)));
+        }
+        b
+    };
+    let unsubscribed = agent(b_hooks, 2);
+    // Warm-up (first-use allocations: session slots, lazy statics).
+    measure(&rt, plain.call(Msg::user("warm")));
+    measure(&rt, unsubscribed.call(Msg::user("warm")));
+    let (a, _) = measure(
+        &rt,
+        plain.call_with(
+            vec![Msg::user("1+2")],
+            RunContext::new().with_session_id("s"),
+        ),
+    );
+    let (b, _) = measure(
+        &rt,
+        unsubscribed.call_with(
+            vec![Msg::user("1+2")],
+            RunContext::new().with_session_id("s"),
+        ),
+    );
+    assert_eq!(
+        a, b,
+        "ten hooks subscribed to nothing that fires changed the allocation count"
+    );
+}
+
+#[test]
+fn observing_hooks_do_not_clone_message_histories() {
+    let rt = rt();
+    let long = 200;
+    let per_hook_overhead = |history: usize| {
+        let plain = agent(|b| b, long + 1);
+        let observed = agent(
+            |mut b| {
+                for _ in 0..10 {
+                    b = b.hook(Observer(Interest::ALL));
+                }
+                b
+            },
+            long + 1,
+        );
+        for a in [&plain, &observed] {
+            for _ in 0..history {
+                rt.block_on(a.call_with(
+                    vec![Msg::user("1+2")],
+                    RunContext::new().with_session_id("h"),
+                ))
+                .unwrap();
+            }
+        }
+        let (p, _) = measure(
+            &rt,
+            plain.call_with(
+                vec![Msg::user("1+2")],
+                RunContext::new().with_session_id("h"),
+            ),
+        );
+        let (o, _) = measure(
+            &rt,
+            observed.call_with(
+                vec![Msg::user("1+2")],
+                RunContext::new().with_session_id("h"),
+            ),
+        );
+        o as i64 - p as i64
+    };
+    let short = per_hook_overhead(0);
+    let with_history = per_hook_overhead(long);
+    assert!(short > 0, "observing hooks cost something (boxed futures)");
+    assert_eq!(
+        short, with_history,
+        "the cost of observing hooks grew with the history: it is being cloned"
+    );
+}
+
+/// Rewrites the tool input into a large value.
+struct BigRewrite;
+
+impl Hook for BigRewrite {
+    fn interest(&self) -> Interest {
+        Interest::only(EventKind::PreActing)
+    }
+    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        if let HookEvent::PreActing(e) = event {
+            let mut u = e.tool_use().clone();
+            u.input["pad"] = json!("x".repeat(1 << 20));
+            e.set_tool_use(u);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn no_decision_records_are_built_without_a_subscriber_or_the_trail_flag() {
+    let rt = rt();
+    let off = agent(|b| b.hook(BigRewrite), 2);
+    let on = agent(|b| b.hook(BigRewrite).decision_trail(true), 2);
+    measure(&rt, off.call(Msg::user("warm")));
+    measure(&rt, on.call(Msg::user("warm")));
+    let (_, bytes_off) = measure(
+        &rt,
+        off.call_with(
+            vec![Msg::user("1+2")],
+            RunContext::new().with_session_id("d"),
+        ),
+    );
+    let (_, bytes_on) = measure(
+        &rt,
+        on.call_with(
+            vec![Msg::user("1+2")],
+            RunContext::new().with_session_id("d"),
+        ),
+    );
+    // Recording serializes the 1 MiB input twice for its digests; not recording must
+    // not have done that work.
+    assert!(
+        bytes_on >= bytes_off + (1 << 20),
+        "recording should cost the digests: on={bytes_on} off={bytes_off}"
+    );
+}
