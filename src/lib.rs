@@ -72,6 +72,8 @@
 //!    panics and timeouts count as failures; the caller never sees a panic.
 
 pub mod agent;
+#[doc(hidden)]
+pub mod bench_support;
 mod error;
 pub mod hook;
 mod message;

@@ -231,7 +231,25 @@ impl Agent {
     pub async fn messages(&self, key: &SessionKey) -> Vec<Msg> {
         let slot = self.inner.sessions.slot(key);
         let conv = slot.lock().await;
-        conv.messages.clone()
+        conv.messages.to_vec()
+    }
+
+    /// Replaces a session's conversation (waits for a call in progress on it), e.g.
+    /// to import a history kept elsewhere. A configured store is not written until the
+    /// next call on the session.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `messages` hold
+    /// a system-role message, or a tool use without exactly one later result (except
+    /// pending uses in the last assistant message, which the next call resumes or
+    /// marks as not executed).
+    pub async fn set_messages(&self, key: &SessionKey, messages: Vec<Msg>) -> Result<(), Error> {
+        memory::check_history(&messages).map_err(Error::invalid_input)?;
+        let slot = self.inner.sessions.slot(key);
+        let mut conv = slot.lock().await;
+        conv.messages = Arc::new(messages);
+        conv.loaded = true;
+        Ok(())
     }
 
     /// Forgets a session held in memory (a configured store is not touched). Returns

@@ -12,8 +12,10 @@
 //!
 //! [`ScriptedModel`] is the offline, deterministic model used by examples and tests.
 
+mod messages;
 mod scripted;
 
+pub use messages::Messages;
 pub use scripted::{ScriptedModel, ScriptedTurn};
 
 use std::fmt;
@@ -24,7 +26,6 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::message::Msg;
 use crate::tool::ToolSchema;
 
 /// The stream a model returns: chunks in order, ending after the last one. An error
@@ -64,8 +65,9 @@ impl<M: Model + ?Sized> Model for std::sync::Arc<M> {
 /// What one model call is asked.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ModelRequest {
-    /// The messages, system message first when the agent has a system prompt.
-    pub messages: Vec<Msg>,
+    /// The messages, system message first when the agent has a system prompt. The
+    /// conversation part is shared with memory, not copied.
+    pub messages: Messages,
     /// The tools offered, in toolkit registration order. Empty for the summary step.
     pub tools: Vec<ToolSchema>,
     /// The effective options for this call.
