@@ -1,70 +1,4 @@
 //! Sensitive-data masking for final replies, tool results and streamed text.
-//!
-//! [`SensitiveDataMasker`] finds personal data in a string and replaces every **whole match**
-//! (there is never a partial match inside a longer token). It is shared by the masking hook and
-//! the audit hook, is cheap to clone (an [`Arc`] around precompiled state) and is `Send + Sync`.
-//!
-//! # What the default masker masks
-//!
-//! [`SensitiveDataMasker::default()`] replaces each of the following with `***`:
-//!
-//! | kind | accepted shape (ASCII digits only) | validation |
-//! |---|---|---|
-//! | [`SensitiveKind::Mobile`] | 11 digits `1[3-9]xxxxxxxxx`; optionally prefixed by `86`, `+86`, `0086`; optionally grouped `3-4-4` with one consistent separator (`138 0013 8000`, `138-0013-8000`, `+86 138 0013 8000`, `+86 13800138000`) | prefix `1[3-9]` only |
-//! | [`SensitiveKind::IdCard`] (18) | 17 digits + digit or `X`/`x` | region (first two digits are a province-level code `11`–`15`, `21`–`23`, `31`–`37`, `41`–`46`, `50`–`54`, `61`–`65`, `71`, `81`–`83`, or `91`–`96` for the 2023 foreigners' permanent-residence card) and birth date `YYYYMMDD` (year 1900–2099, real calendar day, leap years); GB 11643 mod-11 checksum only with [`MaskerBuilder::id_checksum`] (off by default) |
-//! | [`SensitiveKind::IdCard`] (15, legacy) | 15 digits | mainland region (`11`–`65` as above) and birth date `19YYMMDD` |
-//! | [`SensitiveKind::BankCard`] | 13–19 digits; or grouped `4-4-4-4`, `4-4-4-4-n` (n = 1–3), `4-6-5`, `4-6-4` with one consistent separator | Luhn (on by default, [`MaskerBuilder::luhn_check`]) and issuer prefix (on by default, [`MaskerBuilder::card_prefix_check`]): no leading `0` or `1`, no leading `20` or `21` (no card scheme issues these; they are the shapes of epoch-millisecond timestamps and date-prefixed order numbers) |
-//! | [`SensitiveKind::Email`] | `[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}` (leftmost, longest domain), implemented without a regex | none |
-//!
-//! # Tokens and boundaries
-//!
-//! Digit rules never look *inside* a run of digits: the maximal run of ASCII digits `0`–`9`
-//! (plus a trailing `X`/`x` for an 18-character ID) is judged as **one** candidate by its length.
-//! An 11-digit mobile number inside a 20-digit number is therefore not masked, and neither is any
-//! run of 20 or more digits. A run is also not masked when it touches:
-//!
-//! * a full-width digit `０`–`９` (always: a mixed run is one number, and full-width or other
-//!   non-ASCII digits are never matched themselves);
-//! * an ASCII letter, `_`, or a full-width Latin letter, when `alnum_boundary` is on (the
-//!   default). So `SF13800138000`, `ORD202606130012345` and `ID11010119900307721X` are left
-//!   alone, and so is `mobile13800138000` (a deliberate trade-off; write `mobile:1380…` or
-//!   turn the option off).
-//!
-//! Everything else is a boundary: CJK characters, punctuation, whitespace, `+`, `-`, `.`, `,`.
-//! `联系13800138000处理` is masked. Grouped numbers need one consistent separator (a single
-//! ASCII space or a single `-`) and the whole group sequence is judged as one candidate;
-//! `138 0013-8000` (mixed separators) and `138 0013 8000 2` (an extra group) are not masked.
-//! With `+86`/`0086` the `+` and country code are part of the match.
-//!
-//! # What is deliberately not masked
-//!
-//! Full-width digits (`１３８００１３８０００`); numbers split by other characters
-//! (`138.0013.8000`, `(138)00138000`, double spaces); landlines; passport numbers; Hong Kong,
-//! Macau and Taiwan document numbers; 11-digit numbers starting `10`–`12`; 12-digit numbers;
-//! ID numbers with an impossible region or birth date; card numbers failing Luhn or the prefix
-//! rule (when those checks are on). Bare 11-digit numbers starting `13`–`19` (for example some
-//! order ids) *are* masked: by shape they are indistinguishable from mobile numbers, and
-//! over-masking is the safe direction.
-//!
-//! # Overlaps
-//!
-//! All candidates (built-in and extra patterns) are resolved together, deterministically:
-//! the candidate that starts **leftmost** wins; among those starting at the same byte the
-//! **longest** wins; remaining ties go to built-in kinds (mobile, ID, card, e-mail) before extra
-//! patterns, and extra patterns in configuration order. Candidates overlapping an accepted one
-//! are dropped. So `user13800138000@x.com` is masked as one e-mail address.
-//!
-//! # Streaming
-//!
-//! The masker is stateless. To mask streamed chunks without leaking a number split across
-//! chunks, keep a carry-over buffer and emit only up to
-//! [`SensitiveDataMasker::stable_prefix_len`].
-//!
-//! # Cost
-//!
-//! Built-in kinds are found in a single byte-level pass with no regex. Text without an ASCII
-//! digit and without `@` is skipped after one scan, and when nothing matches [`SensitiveDataMasker::mask`]
-//! returns [`Cow::Borrowed`] without allocating. Each extra pattern costs one regex pass.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -286,8 +220,73 @@ struct Inner {
 }
 
 /// Finds and masks Chinese mobile numbers, resident ID numbers, bank card numbers, e-mail
-/// addresses and configured extra patterns. See the [module documentation](self) for exactly
-/// what is and is not masked.
+/// addresses and configured extra patterns.
+///
+/// [`SensitiveDataMasker`] finds personal data in a string and replaces every **whole match**
+/// (there is never a partial match inside a longer token). It is shared by the masking hook and
+/// the audit hook, is cheap to clone (an [`Arc`] around precompiled state) and is `Send + Sync`.
+///
+/// # What the default masker masks
+///
+/// [`SensitiveDataMasker::default()`] replaces each of the following with `***`:
+///
+/// | kind | accepted shape (ASCII digits only) | validation |
+/// |---|---|---|
+/// | [`SensitiveKind::Mobile`] | 11 digits `1[3-9]xxxxxxxxx`; optionally prefixed by `86`, `+86`, `0086`; optionally grouped `3-4-4` with one consistent separator (`138 0013 8000`, `138-0013-8000`, `+86 138 0013 8000`, `+86 13800138000`) | prefix `1[3-9]` only |
+/// | [`SensitiveKind::IdCard`] (18) | 17 digits + digit or `X`/`x` | region (first two digits are a province-level code `11`–`15`, `21`–`23`, `31`–`37`, `41`–`46`, `50`–`54`, `61`–`65`, `71`, `81`–`83`, or `91`–`96` for the 2023 foreigners' permanent-residence card) and birth date `YYYYMMDD` (year 1900–2099, real calendar day, leap years); GB 11643 mod-11 checksum only with [`MaskerBuilder::id_checksum`] (off by default) |
+/// | [`SensitiveKind::IdCard`] (15, legacy) | 15 digits | mainland region (`11`–`65` as above) and birth date `19YYMMDD` |
+/// | [`SensitiveKind::BankCard`] | 13–19 digits; or grouped `4-4-4-4`, `4-4-4-4-n` (n = 1–3), `4-6-5`, `4-6-4` with one consistent separator | Luhn (on by default, [`MaskerBuilder::luhn_check`]) and issuer prefix (on by default, [`MaskerBuilder::card_prefix_check`]): no leading `0` or `1`, no leading `20` or `21` (no card scheme issues these; they are the shapes of epoch-millisecond timestamps and date-prefixed order numbers) |
+/// | [`SensitiveKind::Email`] | `[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}` (leftmost, longest domain), implemented without a regex | none |
+///
+/// # Tokens and boundaries
+///
+/// Digit rules never look *inside* a run of digits: the maximal run of ASCII digits `0`–`9`
+/// (plus a trailing `X`/`x` for an 18-character ID) is judged as **one** candidate by its length.
+/// An 11-digit mobile number inside a 20-digit number is therefore not masked, and neither is any
+/// run of 20 or more digits. A run is also not masked when it touches:
+///
+/// * a full-width digit `０`–`９` (always: a mixed run is one number, and full-width or other
+///   non-ASCII digits are never matched themselves);
+/// * an ASCII letter, `_`, or a full-width Latin letter, when `alnum_boundary` is on (the
+///   default). So `SF13800138000`, `ORD202606130012345` and `ID11010119900307721X` are left
+///   alone, and so is `mobile13800138000` (a deliberate trade-off; write `mobile:1380…` or
+///   turn the option off).
+///
+/// Everything else is a boundary: CJK characters, punctuation, whitespace, `+`, `-`, `.`, `,`.
+/// `联系13800138000处理` is masked. Grouped numbers need one consistent separator (a single
+/// ASCII space or a single `-`) and the whole group sequence is judged as one candidate;
+/// `138 0013-8000` (mixed separators) and `138 0013 8000 2` (an extra group) are not masked.
+/// With `+86`/`0086` the `+` and country code are part of the match.
+///
+/// # What is deliberately not masked
+///
+/// Full-width digits (`１３８００１３８０００`); numbers split by other characters
+/// (`138.0013.8000`, `(138)00138000`, double spaces); landlines; passport numbers; Hong Kong,
+/// Macau and Taiwan document numbers; 11-digit numbers starting `10`–`12`; 12-digit numbers;
+/// ID numbers with an impossible region or birth date; card numbers failing Luhn or the prefix
+/// rule (when those checks are on). Bare 11-digit numbers starting `13`–`19` (for example some
+/// order ids) *are* masked: by shape they are indistinguishable from mobile numbers, and
+/// over-masking is the safe direction.
+///
+/// # Overlaps
+///
+/// All candidates (built-in and extra patterns) are resolved together, deterministically:
+/// the candidate that starts **leftmost** wins; among those starting at the same byte the
+/// **longest** wins; remaining ties go to built-in kinds (mobile, ID, card, e-mail) before extra
+/// patterns, and extra patterns in configuration order. Candidates overlapping an accepted one
+/// are dropped. So `user13800138000@x.com` is masked as one e-mail address.
+///
+/// # Streaming
+///
+/// The masker is stateless. To mask streamed chunks without leaking a number split across
+/// chunks, keep a carry-over buffer and emit only up to
+/// [`SensitiveDataMasker::stable_prefix_len`].
+///
+/// # Cost
+///
+/// Built-in kinds are found in a single byte-level pass with no regex. Text without an ASCII
+/// digit and without `@` is skipped after one scan, and when nothing matches [`SensitiveDataMasker::mask`]
+/// returns [`Cow::Borrowed`] without allocating. Each extra pattern costs one regex pass.
 ///
 /// Cloning is cheap (one [`Arc`] increment); the type is `Send + Sync`. Build a customised
 /// masker with [`SensitiveDataMasker::builder`] or [`MaskerConfig::build`].
@@ -356,7 +355,7 @@ impl SensitiveDataMasker {
     }
 
     /// The matches [`mask`](Self::mask) would replace: non-overlapping, sorted by start,
-    /// resolved leftmost-then-longest (see the module documentation). Ranges are byte ranges
+    /// resolved leftmost-then-longest (see the type documentation). Ranges are byte ranges
     /// into `text`. Extra-pattern matches of zero length are ignored.
     #[must_use]
     pub fn find(&self, text: &str) -> Vec<SensitiveMatch> {

@@ -13,10 +13,7 @@ use serde_json::json;
 use crate::support::*;
 
 fn refund_turns() -> ScriptedModel {
-    ScriptedModel::new([
-        ScriptedTurn::tool_call("submitRefund", json!({"amount": 20})),
-        ScriptedTurn::text("done"),
-    ])
+    tool_then_text("submitRefund", json!({"amount": 20}), "done")
 }
 
 /// An approver that logs what it was asked (and whether the tool had run yet), then
@@ -43,6 +40,13 @@ fn approver(
     }
 }
 
+/// Asserts the model's second request holds an error result for the first call,
+/// containing `needle`.
+fn assert_denied(model: &ScriptedModel, needle: &str) {
+    let (_, is_error, text) = results_in_request(model, 1).remove(0);
+    assert!(is_error && text.contains(needle), "{text}");
+}
+
 async fn run(hook: ApprovalHook, model: &ScriptedModel, log: &Log) -> Msg {
     let agent = builder(model)
         .toolkit(toolkit_with(vec![refund_tool(log), query_tool(log)]))
@@ -52,13 +56,18 @@ async fn run(hook: ApprovalHook, model: &ScriptedModel, log: &Log) -> Msg {
     agent.call(Msg::user("退款")).await.unwrap()
 }
 
-#[tokio::test]
-async fn a_guarded_tool_waits_for_approval_before_it_runs() {
+/// Runs a refund call whose approver answers `decision`; returns the log and model.
+async fn run_deciding(decision: ApprovalDecision) -> (Log, ScriptedModel) {
     let log = Log::default();
     let model = refund_turns();
-    let hook =
-        ApprovalHook::with_approver(approver(&log, ApprovalDecision::Approve), ["submitRefund"]);
+    let hook = ApprovalHook::with_approver(approver(&log, decision), ["submitRefund"]);
     run(hook, &model, &log).await;
+    (log, model)
+}
+
+#[tokio::test]
+async fn a_guarded_tool_waits_for_approval_before_it_runs() {
+    let (log, _) = run_deciding(ApprovalDecision::Approve).await;
     assert_eq!(
         log.entries(),
         [
@@ -70,27 +79,14 @@ async fn a_guarded_tool_waits_for_approval_before_it_runs() {
 
 #[tokio::test]
 async fn a_denial_keeps_the_tool_from_running_and_tells_the_model_why() {
-    let log = Log::default();
-    let model = refund_turns();
-    let hook = ApprovalHook::with_approver(
-        approver(&log, ApprovalDecision::Deny("over the daily limit".into())),
-        ["submitRefund"],
-    );
-    run(hook, &model, &log).await;
+    let (log, model) = run_deciding(ApprovalDecision::Deny("over the daily limit".into())).await;
     assert_eq!(log.entries().len(), 1, "asked, never ran");
-    let (_, is_error, text) = results_in_request(&model, 1).remove(0);
-    assert!(is_error && text.contains("over the daily limit"), "{text}");
+    assert_denied(&model, "over the daily limit");
 }
 
 #[tokio::test]
 async fn an_edited_decision_runs_the_tool_with_the_new_arguments() {
-    let log = Log::default();
-    let model = refund_turns();
-    let hook = ApprovalHook::with_approver(
-        approver(&log, ApprovalDecision::Edit(json!({"amount": 5}))),
-        ["submitRefund"],
-    );
-    run(hook, &model, &log).await;
+    let (log, _) = run_deciding(ApprovalDecision::Edit(json!({"amount": 5}))).await;
     assert_eq!(log.entries()[1], r#"refund:{"amount":5}"#);
 }
 
@@ -115,8 +111,7 @@ async fn no_decision_within_the_timeout_denies_the_call() {
     run(hook, &model, &log).await;
     assert_eq!(started.elapsed(), Duration::from_secs(1));
     assert!(log.entries().is_empty(), "the tool never ran");
-    let (_, is_error, text) = results_in_request(&model, 1).remove(0);
-    assert!(is_error && text.contains("no approval within 1s"), "{text}");
+    assert_denied(&model, "no approval within 1s");
 }
 
 #[tokio::test]
@@ -135,17 +130,13 @@ async fn a_panicking_approver_denies_the_call() {
     let reply = run(hook, &model, &log).await;
     assert_eq!(reply.text(), "done");
     assert!(log.entries().is_empty());
-    let (_, is_error, text) = results_in_request(&model, 1).remove(0);
-    assert!(is_error && text.contains("approver crashed"), "{text}");
+    assert_denied(&model, "approver crashed");
 }
 
 #[tokio::test]
 async fn unguarded_tools_run_without_asking() {
     let log = Log::default();
-    let model = ScriptedModel::new([
-        ScriptedTurn::tool_call("queryOrder", json!({"order_id": "A"})),
-        ScriptedTurn::text("done"),
-    ]);
+    let model = tool_then_text("queryOrder", json!({"order_id": "A"}), "done");
     let hook =
         ApprovalHook::with_approver(approver(&log, ApprovalDecision::Approve), ["submitRefund"]);
     run(hook, &model, &log).await;
@@ -182,15 +173,20 @@ fn stop_for_human() -> ApprovalHook {
     .unwrap()
 }
 
-#[tokio::test]
-async fn stop_for_human_stops_before_the_tool_runs_and_resumes_with_the_decision() {
+/// A refund agent whose approval hook stops for a human.
+fn stop_for_human_agent() -> (Log, ScriptedModel, Agent) {
     let log = Log::default();
     let model = refund_turns();
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![refund_tool(&log)]))
+    let agent = builder_with_tools(&model, vec![refund_tool(&log)])
         .hook(stop_for_human())
         .build()
         .unwrap();
+    (log, model, agent)
+}
+
+#[tokio::test]
+async fn stop_for_human_stops_before_the_tool_runs_and_resumes_with_the_decision() {
+    let (log, _, agent) = stop_for_human_agent();
     let first = agent
         .run(vec![Msg::user("退款")], session("s"))
         .await
@@ -214,21 +210,14 @@ async fn stop_for_human_stops_before_the_tool_runs_and_resumes_with_the_decision
 
 #[tokio::test]
 async fn resuming_without_a_decision_denies_the_guarded_call() {
-    let log = Log::default();
-    let model = refund_turns();
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![refund_tool(&log)]))
-        .hook(stop_for_human())
-        .build()
-        .unwrap();
+    let (log, model, agent) = stop_for_human_agent();
     agent
         .call_with(vec![Msg::user("退款")], session("s"))
         .await
         .unwrap();
     agent.call_with(vec![], session("s")).await.unwrap();
     assert!(log.entries().is_empty());
-    let (_, is_error, text) = results_in_request(&model, 1).remove(0);
-    assert!(is_error && text.contains("no decision"), "{text}");
+    assert_denied(&model, "no decision");
 }
 
 #[test]

@@ -57,6 +57,26 @@ impl AuditSink for GatedSink {
     }
 }
 
+/// Runs one call in which the model calls `queryOrder` with `args`, then answers
+/// `answer`, under an audit hook with `config`; returns the flushed records.
+async fn audited_query(
+    config: AuditConfig,
+    args: serde_json::Value,
+    answer: &str,
+) -> Vec<AuditRecord> {
+    let log = Log::default();
+    let sink = MemoryAuditSink::new();
+    let hook = audit_with(config, sink.clone());
+    let model = tool_then_text("queryOrder", args, answer);
+    let agent = builder_with_tools(&model, vec![query_tool(&log)])
+        .hook(hook.clone())
+        .build()
+        .unwrap();
+    agent.call(Msg::user("查")).await.unwrap();
+    hook.flush().await.unwrap();
+    sink.records()
+}
+
 #[tokio::test]
 async fn an_executed_tool_call_is_audited_with_ids_json_args_status_and_duration() {
     let log = Log::default();
@@ -125,59 +145,24 @@ async fn final_answers_and_errors_are_audited_and_the_error_text_is_masked() {
 
 #[tokio::test]
 async fn mask_args_and_mask_answer_are_separate_switches() {
-    let log = Log::default();
-    let sink = MemoryAuditSink::new();
-    let hook = audit_with(
-        AuditConfig {
-            mask_args: false,
-            mask_answer: true,
-            ..AuditConfig::default()
-        },
-        sink.clone(),
-    );
-    let model = ScriptedModel::new([
-        ScriptedTurn::tool_call(
-            "queryOrder",
-            json!({"order_id": "20260613001", "phone": 13800138000u64}),
-        ),
-        ScriptedTurn::text("联系 13800138000"),
-    ]);
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![query_tool(&log)]))
-        .hook(hook.clone())
-        .build()
-        .unwrap();
-    agent.call(Msg::user("查")).await.unwrap();
-    hook.flush().await.unwrap();
-    let records = sink.records();
-    assert_eq!(
-        records[0].args,
-        Some(json!({"order_id": "20260613001", "phone": 13800138000u64}))
-    );
+    let config = AuditConfig {
+        mask_args: false,
+        mask_answer: true,
+        ..AuditConfig::default()
+    };
+    let args = json!({"order_id": "20260613001", "phone": 13800138000u64});
+    let records = audited_query(config, args.clone(), "联系 13800138000").await;
+    assert_eq!(records[0].args, Some(args));
     assert_eq!(records[1].answer.as_deref(), Some("联系 ***"));
 }
 
 #[tokio::test]
 async fn numbers_in_arguments_that_hold_personal_data_are_masked_as_strings() {
-    let log = Log::default();
-    let sink = MemoryAuditSink::new();
-    let hook = audit(&sink);
-    let model = ScriptedModel::new([
-        ScriptedTurn::tool_call(
-            "queryOrder",
-            json!({"order_id": "20260613001", "phone": 13800138000u64, "items": [{"email": "a@b.cn"}]}),
-        ),
-        ScriptedTurn::text("ok"),
-    ]);
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![query_tool(&log)]))
-        .hook(hook.clone())
-        .build()
-        .unwrap();
-    agent.call(Msg::user("查")).await.unwrap();
-    hook.flush().await.unwrap();
+    let args =
+        json!({"order_id": "20260613001", "phone": 13800138000u64, "items": [{"email": "a@b.cn"}]});
+    let records = audited_query(AuditConfig::default(), args, "ok").await;
     assert_eq!(
-        sink.records()[0].args,
+        records[0].args,
         Some(json!({"order_id": "20260613001", "phone": "***", "items": [{"email": "***"}]}))
     );
 }
@@ -187,12 +172,8 @@ async fn a_call_denied_before_it_ran_is_audited_with_reason_and_hook() {
     let log = Log::default();
     let sink = MemoryAuditSink::new();
     let hook = audit(&sink);
-    let model = ScriptedModel::new([
-        ScriptedTurn::tool_call("submitRefund", json!({"amount": 20})),
-        ScriptedTurn::text("需要人工"),
-    ]);
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![refund_tool(&log)]))
+    let model = tool_then_text("submitRefund", json!({"amount": 20}), "需要人工");
+    let agent = builder_with_tools(&model, vec![refund_tool(&log)])
         .hook(hook.clone())
         .hook(
             FnHook::new("Policy", |e| {
@@ -225,12 +206,8 @@ async fn a_failing_sink_counts_every_dropped_record_and_never_fails_the_call() {
     let log = Log::default();
     let attempts = Arc::new(AtomicUsize::new(0));
     let hook = audit_with(AuditConfig::default(), FailingSink(attempts.clone()));
-    let model = ScriptedModel::new([
-        ScriptedTurn::tool_call("queryOrder", json!({"order_id": "A"})),
-        ScriptedTurn::text("ok"),
-    ]);
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![query_tool(&log)]))
+    let model = tool_then_text("queryOrder", json!({"order_id": "A"}), "ok");
+    let agent = builder_with_tools(&model, vec![query_tool(&log)])
         .hook(hook.clone())
         .build()
         .unwrap();
@@ -243,14 +220,15 @@ async fn a_failing_sink_counts_every_dropped_record_and_never_fails_the_call() {
     assert_eq!(stats.written, 0);
 }
 
-#[tokio::test]
-async fn with_on_full_drop_a_full_queue_drops_and_counts_records_without_blocking() {
+/// An audit hook with a one-record queue in front of a sink that waits for permits,
+/// and an agent with four scripted answers.
+fn gated(on_full: QueueFull) -> (Arc<Semaphore>, MemoryAuditSink, Arc<AuditHook>, Agent) {
     let gate = Arc::new(Semaphore::new(0));
     let sink = MemoryAuditSink::new();
     let hook = audit_with(
         AuditConfig {
             queue_capacity: 1,
-            on_full: QueueFull::Drop,
+            on_full,
             ..AuditConfig::default()
         },
         GatedSink {
@@ -260,6 +238,12 @@ async fn with_on_full_drop_a_full_queue_drops_and_counts_records_without_blockin
     );
     let model = ScriptedModel::new((0..4).map(|_| ScriptedTurn::text("ok")));
     let agent = builder(&model).hook(hook.clone()).build().unwrap();
+    (gate, sink, hook, agent)
+}
+
+#[tokio::test]
+async fn with_on_full_drop_a_full_queue_drops_and_counts_records_without_blocking() {
+    let (gate, sink, hook, agent) = gated(QueueFull::Drop);
     for _ in 0..4 {
         agent.call(Msg::user("hi")).await.unwrap();
         tokio::task::yield_now().await;
@@ -275,20 +259,7 @@ async fn with_on_full_drop_a_full_queue_drops_and_counts_records_without_blockin
 
 #[tokio::test]
 async fn with_on_full_wait_a_full_queue_applies_backpressure_and_loses_nothing() {
-    let gate = Arc::new(Semaphore::new(0));
-    let sink = MemoryAuditSink::new();
-    let hook = audit_with(
-        AuditConfig {
-            queue_capacity: 1,
-            ..AuditConfig::default()
-        },
-        GatedSink {
-            gate: gate.clone(),
-            inner: sink.clone(),
-        },
-    );
-    let model = ScriptedModel::new((0..4).map(|_| ScriptedTurn::text("ok")));
-    let agent = builder(&model).hook(hook.clone()).build().unwrap();
+    let (gate, sink, hook, agent) = gated(QueueFull::Wait);
     let calls = async {
         for i in 0..4 {
             agent
@@ -395,8 +366,7 @@ async fn per_call_audit_state_is_removed_when_the_call_ends() {
         ScriptedTurn::tool_call("queryOrder", json!({"order_id": "A"})),
         ScriptedTurn::error(ModelError::new(ModelErrorKind::Server, "boom")),
     ]);
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![query_tool(&log)]))
+    let agent = builder_with_tools(&model, vec![query_tool(&log)])
         .hook(audit(&sink))
         .build()
         .unwrap();

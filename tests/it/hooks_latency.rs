@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rein::hooks::{LatencyConfig, LatencyHook, Outcome, Segment, TtftMode};
+use rein::hooks::{LatencyConfig, LatencyHook, LatencySeries, Outcome, Segment, TtftMode};
 use rein::*;
 use serde_json::json;
 
@@ -21,6 +21,26 @@ fn ms(n: u64) -> Duration {
 fn about(actual: Duration, expected: Duration) -> bool {
     let (a, e) = (actual.as_secs_f64(), expected.as_secs_f64());
     (a - e).abs() <= e * 0.01 + 1e-6
+}
+
+/// The series of `segment` (tool label, outcome) after one call of `model` with `add`.
+async fn series_after_call(
+    hook: &Arc<LatencyHook>,
+    model: &ScriptedModel,
+    segment: Segment,
+    tool: Option<&str>,
+    outcome: Outcome,
+) -> LatencySeries {
+    let log = Log::default();
+    let agent = builder_with_tools(model, vec![add_tool(&log), slow_tool()])
+        .hook(hook.clone())
+        .build()
+        .unwrap();
+    agent.call(Msg::user("go")).await.unwrap();
+    hook.snapshot()
+        .get(segment, tool, outcome)
+        .cloned()
+        .unwrap()
 }
 
 /// Calls `add` once, then fails while streaming its second answer (a stateless model,
@@ -60,13 +80,9 @@ impl Model for HalfwayModel {
 #[tokio::test]
 async fn a_successful_call_records_one_end_to_end_sample_and_one_per_reasoning_step() {
     let log = Log::default();
-    let model = ScriptedModel::new([
-        ScriptedTurn::tool_call("add", json!({"a": 1, "b": 2})),
-        ScriptedTurn::text("3"),
-    ]);
+    let model = tool_then_text("add", json!({"a": 1, "b": 2}), "3");
     let hook = latency();
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![add_tool(&log)]))
+    let agent = builder_with_tools(&model, vec![add_tool(&log)])
         .hook(hook.clone())
         .build()
         .unwrap();
@@ -89,18 +105,8 @@ async fn parallel_calls_of_the_same_tool_are_paired_by_id_as_separate_samples() 
         ]),
         ScriptedTurn::text("done"),
     ]);
-    let hook = latency();
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![slow_tool()]))
-        .hook(hook.clone())
-        .build()
-        .unwrap();
-    agent.call(Msg::user("go")).await.unwrap();
-    let tool = hook
-        .snapshot()
-        .get(Segment::Tool, Some("slow"), Outcome::Ok)
-        .cloned()
-        .unwrap();
+    let tool =
+        series_after_call(&latency(), &model, Segment::Tool, Some("slow"), Outcome::Ok).await;
     assert_eq!(tool.count, 2, "one sample per call id, no collision");
     // The batch ran concurrently: both segments end when the batch's results are
     // handed to PostActing, after the slower call.
@@ -193,32 +199,19 @@ async fn a_cancelled_call_records_outcome_cancelled_when_its_context_is_dropped(
 
 #[tokio::test(start_paused = true)]
 async fn time_to_first_token_is_recorded_once_per_call_from_its_start() {
-    let log = Log::default();
     let model = ScriptedModel::new([
         ScriptedTurn::tool_call("add", json!({"a": 1, "b": 2}))
             .with_text("Adding.")
             .with_delay(ms(200)),
         ScriptedTurn::text("3").with_delay(ms(50)),
     ]);
-    let hook = latency();
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![add_tool(&log)]))
-        .hook(hook.clone())
-        .build()
-        .unwrap();
-    agent.call(Msg::user("1+2")).await.unwrap();
-    let ttft = hook
-        .snapshot()
-        .get(Segment::Ttft, None, Outcome::Ok)
-        .cloned()
-        .unwrap();
+    let ttft = series_after_call(&latency(), &model, Segment::Ttft, None, Outcome::Ok).await;
     assert_eq!(ttft.count, 1);
     assert!(about(ttft.max, ms(200)), "{ttft:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn first_text_mode_ignores_tool_call_chunks() {
-    let log = Log::default();
     let model = ScriptedModel::new([
         ScriptedTurn::tool_call("add", json!({"a": 1, "b": 2})).with_delay(ms(100)),
         ScriptedTurn::text("3").with_delay(ms(100)),
@@ -227,17 +220,7 @@ async fn first_text_mode_ignores_tool_call_chunks() {
         ttft: TtftMode::FirstText,
         ..LatencyConfig::default()
     }));
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![add_tool(&log)]))
-        .hook(hook.clone())
-        .build()
-        .unwrap();
-    agent.call(Msg::user("1+2")).await.unwrap();
-    let ttft = hook
-        .snapshot()
-        .get(Segment::Ttft, None, Outcome::Ok)
-        .cloned()
-        .unwrap();
+    let ttft = series_after_call(&hook, &model, Segment::Ttft, None, Outcome::Ok).await;
     assert!(about(ttft.max, ms(200)), "{ttft:?}");
 }
 
@@ -258,10 +241,11 @@ async fn without_any_model_chunk_ttft_is_not_recorded_but_end_to_end_is() {
 #[tokio::test]
 async fn the_summary_step_records_one_summary_sample() {
     let log = Log::default();
-    let model = ScriptedModel::new([
-        ScriptedTurn::tool_call("add", json!({"a": 1, "b": 2})),
-        ScriptedTurn::text("I ran out of steps; the sum is 3."),
-    ]);
+    let model = tool_then_text(
+        "add",
+        json!({"a": 1, "b": 2}),
+        "I ran out of steps; the sum is 3.",
+    );
     let hook = latency();
     let agent = builder(&model)
         .max_iters(1)
@@ -278,13 +262,9 @@ async fn the_summary_step_records_one_summary_sample() {
 #[tokio::test]
 async fn a_denied_tool_call_is_recorded_with_outcome_denied() {
     let log = Log::default();
-    let model = ScriptedModel::new([
-        ScriptedTurn::tool_call("add", json!({"a": 1, "b": 2})),
-        ScriptedTurn::text("denied"),
-    ]);
+    let model = tool_then_text("add", json!({"a": 1, "b": 2}), "denied");
     let hook = latency();
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![add_tool(&log)]))
+    let agent = builder_with_tools(&model, vec![add_tool(&log)])
         .hook(hook.clone())
         .hook(
             FnHook::new("deny", |e| {
@@ -320,8 +300,7 @@ async fn tool_labels_beyond_the_cap_are_recorded_as_other() {
         max_tool_labels: 1,
         ..LatencyConfig::default()
     }));
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![add_tool(&log), slow_tool()]))
+    let agent = builder_with_tools(&model, vec![add_tool(&log), slow_tool()])
         .hook(hook.clone())
         .build()
         .unwrap();
@@ -440,16 +419,12 @@ mod metrics_export {
         let samples: Samples = Arc::default();
         metrics::set_global_recorder(TestRecorder(samples.clone())).unwrap();
         let log = Log::default();
-        let model = ScriptedModel::new([
-            ScriptedTurn::tool_call("add", json!({"a": 1, "b": 2})),
-            ScriptedTurn::text("3"),
-        ]);
+        let model = tool_then_text("add", json!({"a": 1, "b": 2}), "3");
         let hook = Arc::new(LatencyHook::new(LatencyConfig {
             metric_prefix: "test.metrics_export".into(),
             ..LatencyConfig::default()
         }));
-        let agent = builder(&model)
-            .toolkit(toolkit_with(vec![add_tool(&log)]))
+        let agent = builder_with_tools(&model, vec![add_tool(&log)])
             .hook(hook)
             .build()
             .unwrap();

@@ -23,6 +23,17 @@ fn masking(mask_tool_results: bool) -> MaskingHook {
     )
 }
 
+/// An enabled masking hook with a masker built from `config`.
+fn masking_with(config: MaskerConfig) -> MaskingHook {
+    MaskingHook::new(
+        MaskingConfig {
+            enabled: true,
+            ..MaskingConfig::default()
+        },
+        config.build().unwrap(),
+    )
+}
+
 async fn reply_through(hook: MaskingHook, text: &str) -> Msg {
     let model = ScriptedModel::new([ScriptedTurn::text(text)]);
     let agent = builder(&model).hook(hook).build().unwrap();
@@ -112,19 +123,10 @@ async fn the_reference_bank_card_example_is_masked_only_with_the_luhn_check_off(
 
 #[tokio::test]
 async fn a_replacement_with_dollar_signs_and_backslashes_is_inserted_literally() {
-    let masker = MaskerConfig {
+    let hook = masking_with(MaskerConfig {
         replacement: r"$1\0".into(),
         ..MaskerConfig::default()
-    }
-    .build()
-    .unwrap();
-    let hook = MaskingHook::new(
-        MaskingConfig {
-            enabled: true,
-            ..MaskingConfig::default()
-        },
-        masker,
-    );
+    });
     let reply = reply_through(hook, "电话 13800138000").await;
     assert_eq!(reply.text(), r"电话 $1\0");
 }
@@ -138,19 +140,10 @@ async fn typed_placeholders_and_partial_masking_are_options() {
             "电话 138****8000，邮箱 u***@example.com",
         ),
     ] {
-        let masker = MaskerConfig {
+        let hook = masking_with(MaskerConfig {
             style,
             ..MaskerConfig::default()
-        }
-        .build()
-        .unwrap();
-        let hook = MaskingHook::new(
-            MaskingConfig {
-                enabled: true,
-                ..MaskingConfig::default()
-            },
-            masker,
-        );
+        });
         let reply = reply_through(hook, "电话 13800138000，邮箱 user@example.com").await;
         assert_eq!(reply.text(), expected);
     }
@@ -159,12 +152,8 @@ async fn typed_placeholders_and_partial_masking_are_options() {
 #[tokio::test]
 async fn tool_results_are_masked_before_they_reach_the_model_when_enabled() {
     let log = Log::default();
-    let model = ScriptedModel::new([
-        ScriptedTurn::tool_call("queryOrder", json!({"order_id": "A1"})),
-        ScriptedTurn::text("查到了"),
-    ]);
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![query_tool(&log)]))
+    let model = tool_then_text("queryOrder", json!({"order_id": "A1"}), "查到了");
+    let agent = builder_with_tools(&model, vec![query_tool(&log)])
         .hook(masking(true))
         .build()
         .unwrap();
@@ -182,12 +171,8 @@ async fn tool_results_are_masked_before_they_reach_the_model_when_enabled() {
 #[tokio::test]
 async fn tool_results_are_untouched_when_the_flag_is_off() {
     let log = Log::default();
-    let model = ScriptedModel::new([
-        ScriptedTurn::tool_call("queryOrder", json!({"order_id": "A1"})),
-        ScriptedTurn::text("查到了"),
-    ]);
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![query_tool(&log)]))
+    let model = tool_then_text("queryOrder", json!({"order_id": "A1"}), "查到了");
+    let agent = builder_with_tools(&model, vec![query_tool(&log)])
         .hook(masking(false))
         .build()
         .unwrap();
@@ -201,12 +186,8 @@ async fn tool_results_are_untouched_when_the_flag_is_off() {
 #[tokio::test]
 async fn tool_arguments_are_never_masked() {
     let log = Log::default();
-    let model = ScriptedModel::new([
-        ScriptedTurn::tool_call("queryOrder", json!({"order_id": "13800138000"})),
-        ScriptedTurn::text("ok"),
-    ]);
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![query_tool(&log)]))
+    let model = tool_then_text("queryOrder", json!({"order_id": "13800138000"}), "ok");
+    let agent = builder_with_tools(&model, vec![query_tool(&log)])
         .hook(masking(true))
         .build()
         .unwrap();

@@ -88,8 +88,7 @@ async fn a_turn_with_any_tool_call_is_not_corrected_by_default() {
         ScriptedTurn::text("订单已发货"),
     ]);
     let hook = default_correction();
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![query_tool(&log)]))
+    let agent = builder_with_tools(&model, vec![query_tool(&log)])
         .hook(hook.clone())
         .build()
         .unwrap();
@@ -111,8 +110,7 @@ async fn the_strict_mode_corrects_a_promise_next_to_an_unrelated_tool_call_and_m
         correct_with_tool_calls: true,
         ..SelfCorrectionConfig::default()
     });
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![query_tool(&log)]))
+    let agent = builder_with_tools(&model, vec![query_tool(&log)])
         .hook(hook.clone())
         .build()
         .unwrap();
@@ -140,8 +138,7 @@ async fn the_strict_mode_accepts_a_promise_made_while_calling_the_refund_tool() 
         correct_with_tool_calls: true,
         ..SelfCorrectionConfig::default()
     });
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![refund_tool(&log)]))
+    let agent = builder_with_tools(&model, vec![refund_tool(&log)])
         .hook(hook.clone())
         .build()
         .unwrap();

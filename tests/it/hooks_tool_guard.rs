@@ -173,12 +173,8 @@ fn nested_fields_are_addressed_by_json_pointer() {
 #[tokio::test]
 async fn a_guarded_call_runs_with_the_guarded_arguments_and_memory_records_them() {
     let log = Log::default();
-    let model = ScriptedModel::new([
-        ScriptedTurn::tool_call("submitRefund", json!({"amount": 999999})),
-        ScriptedTurn::text("已提交"),
-    ]);
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![refund_tool(&log)]))
+    let model = tool_then_text("submitRefund", json!({"amount": 999999}), "已提交");
+    let agent = builder_with_tools(&model, vec![refund_tool(&log)])
         .hook(guard(json!({
             "inject_params": {"channel": "online"},
             "numeric_caps": {"amount": 1000}
@@ -199,12 +195,8 @@ async fn a_guarded_call_runs_with_the_guarded_arguments_and_memory_records_them(
 #[tokio::test]
 async fn a_nan_amount_denies_the_call_and_the_model_is_told_why() {
     let log = Log::default();
-    let model = ScriptedModel::new([
-        ScriptedTurn::tool_call("submitRefund", json!({"amount": "NaN"})),
-        ScriptedTurn::text("金额无效"),
-    ]);
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![refund_tool(&log)]))
+    let model = tool_then_text("submitRefund", json!({"amount": "NaN"}), "金额无效");
+    let agent = builder_with_tools(&model, vec![refund_tool(&log)])
         .hook(guard(json!({"numeric_caps": {"amount": 1000}})))
         .build()
         .unwrap();
@@ -256,10 +248,7 @@ fn invalid_caps_are_build_errors_naming_the_key() {
 #[tokio::test]
 async fn a_disabled_guard_leaves_calls_alone() {
     let log = Log::default();
-    let model = ScriptedModel::new([
-        ScriptedTurn::tool_call("submitRefund", json!({"amount": 5000})),
-        ScriptedTurn::text("ok"),
-    ]);
+    let model = tool_then_text("submitRefund", json!({"amount": 5000}), "ok");
     let hook = Arc::new(
         ToolGuardHook::new(
             serde_json::from_value(json!({"numeric_caps": {"amount": 1000}})).unwrap(),
@@ -267,8 +256,7 @@ async fn a_disabled_guard_leaves_calls_alone() {
         .unwrap(),
     );
     assert_eq!(Hook::interest(&*hook), Interest::NONE);
-    let agent = builder(&model)
-        .toolkit(toolkit_with(vec![refund_tool(&log)]))
+    let agent = builder_with_tools(&model, vec![refund_tool(&log)])
         .hook(hook)
         .build()
         .unwrap();

@@ -275,3 +275,16 @@ pub fn slow_tool() -> FunctionTool {
 pub async fn last_stored(agent: &Agent, session: &str) -> Msg {
     agent.messages(&key(session)).await.last().cloned().unwrap()
 }
+
+/// A model that calls `tool` with `args` once, then answers `text`.
+pub fn tool_then_text(tool: &str, args: Value, text: &str) -> ScriptedModel {
+    ScriptedModel::new([
+        ScriptedTurn::tool_call(tool, args),
+        ScriptedTurn::text(text),
+    ])
+}
+
+/// [`builder`] with these tools.
+pub fn builder_with_tools(model: &ScriptedModel, tools: Vec<FunctionTool>) -> AgentBuilder {
+    builder(model).toolkit(toolkit_with(tools))
+}
