@@ -147,6 +147,19 @@ pub struct ApprovalConfig {
     pub mode: ApprovalMode,
 }
 
+impl ApprovalConfig {
+    /// Checks what can be checked without an approver: the timeout.
+    pub(crate) fn validate(&self) -> Result<(), BuildError> {
+        if self.timeout_ms == 0 {
+            return Err(BuildError::invalid_config(
+                "approval.timeout_ms",
+                "must be greater than 0",
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Default for ApprovalConfig {
     fn default() -> Self {
         Self {
@@ -200,12 +213,7 @@ impl ApprovalHook {
         config: ApprovalConfig,
         approver: Option<Arc<dyn Approver>>,
     ) -> Result<Self, BuildError> {
-        if config.timeout_ms == 0 {
-            return Err(BuildError::invalid_config(
-                "approval.timeout_ms",
-                "must be greater than 0",
-            ));
-        }
+        config.validate()?;
         if config.mode == ApprovalMode::Await && approver.is_none() {
             return Err(BuildError::invalid_config(
                 "approval.mode",

@@ -353,7 +353,9 @@ impl AuditSink for JsonlAuditSink {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum QueueFull {
-    /// Wait for room (backpressure on the call; no record is lost). Default.
+    /// Wait for room (backpressure on the call; no record is lost). Default. A sink
+    /// that never returns therefore stalls calls once the queue is full; a call
+    /// cancelled (or a hook timeout) while waiting counts its record as dropped.
     #[default]
     Wait,
     /// Drop the record and count it in [`AuditStats::dropped`].
@@ -488,6 +490,24 @@ async fn worker(
     }
 }
 
+/// Counts a record as dropped unless disarmed (the submission completed).
+struct Pending<'a> {
+    counters: &'a Counters,
+    kind: AuditKind,
+    armed: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.counters.dropped(
+                "submission cancelled before the record was queued",
+                self.kind,
+            );
+        }
+    }
+}
+
 /// The bounded queue and its background writer.
 struct Pipeline {
     sink: Arc<dyn AuditSink>,
@@ -517,6 +537,19 @@ impl Pipeline {
     }
 
     async fn submit(&self, record: AuditRecord) {
+        let kind = record.kind;
+        // If this future is dropped before the record is handed over (an agent-wide
+        // hook timeout while the queue is full, a cancelled call), the loss is counted.
+        let mut pending = Pending {
+            counters: &self.counters,
+            kind,
+            armed: true,
+        };
+        self.hand_over(record).await;
+        pending.armed = false;
+    }
+
+    async fn hand_over(&self, record: AuditRecord) {
         let kind = record.kind;
         if self.capacity == 0 {
             return deliver(&*self.sink, &record, &self.counters).await;

@@ -209,7 +209,9 @@ impl HooksConfig {
         self.build_with(HookServices::new())
     }
 
-    /// Builds the enabled hooks. Every section is validated, enabled or not.
+    /// Builds the enabled hooks. Every section is validated, enabled or not (only the
+    /// audit file of a disabled audit section is not opened, and only an enabled
+    /// approval section needs an approver).
     ///
     /// # Errors
     /// [`BuildErrorKind::InvalidConfig`](crate::BuildErrorKind::InvalidConfig), the
@@ -226,6 +228,7 @@ impl HooksConfig {
             .map_err(|e| BuildError::invalid_config(&masker_key(&e), &e))?;
         let tool_guard = ToolGuardHook::new(self.tool_guard.clone())?;
         let dynamic_options = DynamicOptionsHook::new(self.dynamic_options.clone())?;
+        self.approval.validate()?;
         let approval = if self.approval.enabled {
             Some(ApprovalHook::new(
                 self.approval.clone(),

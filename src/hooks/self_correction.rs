@@ -27,7 +27,8 @@ pub const FLAG_CORRECTED: &str = "self_corrected";
 pub enum CorrectionRole {
     /// A system message placed right after the corrected turn in every remaining model
     /// request of the call. Not stored in the conversation (the runtime never stores
-    /// system messages). Default.
+    /// system messages): later calls of the session see the retracted turn, flagged
+    /// [`FLAG_CORRECTED`], followed by the corrected answer. Default.
     #[default]
     System,
     /// A user message named `system-guard`, stored in the conversation after the

@@ -280,6 +280,37 @@ async fn with_on_full_wait_a_full_queue_applies_backpressure_and_loses_nothing()
     assert_eq!(sink.records().len(), 4);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_record_abandoned_by_a_hook_timeout_while_waiting_is_counted_as_dropped() {
+    let gate = Arc::new(Semaphore::new(0));
+    let sink = MemoryAuditSink::new();
+    let hook = audit_with(
+        AuditConfig {
+            queue_capacity: 1,
+            ..AuditConfig::default()
+        },
+        GatedSink {
+            gate: gate.clone(),
+            inner: sink.clone(),
+        },
+    );
+    let model = ScriptedModel::new((0..3).map(|_| ScriptedTurn::text("ok")));
+    let agent = builder(&model)
+        .hook_timeout(std::time::Duration::from_millis(100))
+        .hook(hook.clone())
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        // The audit hook ignores its own failures: every call succeeds.
+        agent.call(Msg::user("hi")).await.unwrap();
+    }
+    gate.add_permits(100);
+    hook.flush().await.unwrap();
+    let stats = hook.stats();
+    assert!(stats.dropped >= 1, "{stats:?}");
+    assert_eq!(stats.written + stats.dropped, 3, "{stats:?}");
+}
+
 #[tokio::test]
 async fn the_jsonl_sink_writes_one_escaped_object_per_line_and_flush_loses_nothing() {
     let path = std::env::temp_dir().join(format!(

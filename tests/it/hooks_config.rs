@@ -173,6 +173,16 @@ fn approval_in_await_mode_without_an_approver_is_a_build_error() {
     assert!(c.build_with(services).unwrap().approval().is_some());
 }
 
+#[test]
+fn a_disabled_section_is_still_validated() {
+    let c = parse(json!({"approval": {"timeout_ms": 0}, "masking": {"enabled": false}}));
+    let err = c.build().unwrap_err();
+    assert!(err.to_string().contains("`approval.timeout_ms`"), "{err}");
+    let c = parse(json!({"masker": {"disabled": ["phone"]}}));
+    let err = c.build().unwrap_err();
+    assert!(err.to_string().contains("`masker.disabled[0]`"), "{err}");
+}
+
 #[tokio::test]
 async fn installed_hooks_share_their_instances_across_agents() {
     let sink = MemoryAuditSink::new();
