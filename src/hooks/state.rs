@@ -19,8 +19,11 @@ pub(crate) fn next_instance_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// States by hook instance, then by agent id (so lookups by `&str` never allocate).
+type ByHook<T> = HashMap<u64, HashMap<String, T>>;
+
 struct Slots<T> {
-    map: HashMap<(u64, String), T>,
+    map: ByHook<T>,
     /// Set when the extension was removed from its context: a late writer retries
     /// with a fresh extension instead of writing into a detached one.
     retired: bool,
@@ -46,7 +49,7 @@ impl<T: Send + 'static> RunStates<T> {
     }
 
     /// Runs `f` on the live slot map of the run, creating the extension if needed.
-    fn live<R>(ctx: &RunContext, f: impl FnOnce(&mut HashMap<(u64, String), T>) -> R) -> R {
+    fn live<R>(ctx: &RunContext, f: impl FnOnce(&mut ByHook<T>) -> R) -> R {
         loop {
             let states = Self::of(ctx);
             let mut slots = states.lock();
@@ -68,7 +71,11 @@ impl<T: Send + 'static> RunStates<T> {
         f: impl FnOnce(&mut T) -> R,
     ) -> R {
         Self::live(ctx, |map| {
-            f(map.entry((hook, agent.to_owned())).or_insert_with(init))
+            let agents = map.entry(hook).or_default();
+            if let Some(state) = agents.get_mut(agent) {
+                return f(state);
+            }
+            f(agents.entry(agent.to_owned()).or_insert_with(init))
         })
     }
 
@@ -85,13 +92,19 @@ impl<T: Send + 'static> RunStates<T> {
             if slots.retired {
                 continue;
             }
-            return slots.map.get_mut(&(hook, agent.to_owned())).map(f);
+            return slots
+                .map
+                .get_mut(&hook)
+                .and_then(|agents| agents.get_mut(agent))
+                .map(f);
         }
     }
 
     /// Replaces the state of (`hook`, `agent`), returning the previous one.
     pub(crate) fn reset(ctx: &RunContext, hook: u64, agent: &str, value: T) -> Option<T> {
-        Self::live(ctx, |map| map.insert((hook, agent.to_owned()), value))
+        Self::live(ctx, |map| {
+            map.entry(hook).or_default().insert(agent.to_owned(), value)
+        })
     }
 
     /// Takes the state of (`hook`, `agent`) out; removes the extension once empty.
@@ -102,7 +115,16 @@ impl<T: Send + 'static> RunStates<T> {
             if slots.retired {
                 continue;
             }
-            let taken = slots.map.remove(&(hook, agent.to_owned()));
+            let taken = match slots.map.get_mut(&hook) {
+                Some(agents) => {
+                    let taken = agents.remove(agent);
+                    if agents.is_empty() {
+                        slots.map.remove(&hook);
+                    }
+                    taken
+                }
+                None => None,
+            };
             if slots.map.is_empty() {
                 slots.retired = true;
                 // Lock order: slots, then the extension map (writers never hold both).
@@ -110,5 +132,30 @@ impl<T: Send + 'static> RunStates<T> {
             }
             return taken;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_is_kept_per_hook_and_agent_and_the_extension_goes_when_empty() {
+        let ctx = RunContext::new();
+        RunStates::with(&ctx, 1, "a", || 10u32, |v| *v += 1);
+        RunStates::with(&ctx, 2, "a", || 20u32, |_| ());
+        RunStates::with(&ctx, 1, "b", || 30u32, |_| ());
+        assert_eq!(RunStates::<u32>::update(&ctx, 1, "a", |v| *v), Some(11));
+        assert_eq!(RunStates::<u32>::update(&ctx, 1, "c", |v| *v), None);
+        assert_eq!(RunStates::reset(&ctx, 2, "a", 21u32), Some(20));
+        assert_eq!(RunStates::<u32>::take(&ctx, 1, "a"), Some(11));
+        assert_eq!(RunStates::<u32>::take(&ctx, 1, "b"), Some(30));
+        assert_eq!(ctx.extensions().len(), 1);
+        assert_eq!(RunStates::<u32>::take(&ctx, 2, "a"), Some(21));
+        assert!(ctx.extensions().is_empty());
+        assert_eq!(RunStates::<u32>::take(&ctx, 2, "a"), None);
+        // A later writer gets a fresh extension.
+        RunStates::with(&ctx, 3, "a", || 1u32, |_| ());
+        assert_eq!(RunStates::<u32>::take(&ctx, 3, "a"), Some(1));
     }
 }

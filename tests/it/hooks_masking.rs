@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use rein::hooks::{
-    HooksConfig, MaskStyle, MaskerConfig, MaskingConfig, MaskingHook, OnError, SensitiveDataMasker,
+    HooksConfig, MaskStyle, MaskedStream, MaskerConfig, MaskingConfig, MaskingHook, OnError,
+    SensitiveDataMasker,
 };
 use rein::*;
 use serde_json::{Value, json};
@@ -248,4 +249,52 @@ fn masking_runs_at_priority_900_and_fails_closed_unless_told_otherwise() {
         SensitiveDataMasker::default(),
     );
     assert_eq!(Hook::failure_policy(&open), FailurePolicy::Ignore);
+}
+
+#[tokio::test]
+async fn the_masked_stream_holds_back_unfinished_tokens_and_flushes_before_other_events() {
+    let events = || {
+        vec![
+            AgentEvent::TextDelta("电话1380013".into()),
+            AgentEvent::TextDelta("8000 后续".into()),
+            AgentEvent::ThinkingDelta("想 user@".into()),
+            AgentEvent::TextDelta("x".into()),
+            AgentEvent::ReasoningRedone,
+            AgentEvent::TextDelta("tail 1390013900".into()),
+        ]
+    };
+    let out: Vec<String> = MaskedStream::new(
+        futures::stream::iter(events()),
+        SensitiveDataMasker::default(),
+        256,
+    )
+    .map(|e| match e {
+        AgentEvent::TextDelta(t) => format!("text:{t}"),
+        AgentEvent::ThinkingDelta(t) => format!("thinking:{t}"),
+        other => format!("{other:?}"),
+    })
+    .collect()
+    .await;
+    assert_eq!(
+        out,
+        [
+            "text:电话",
+            "text:*** 后续",
+            "thinking:想 ",
+            "thinking:user@",
+            "text:x",
+            "ReasoningRedone",
+            "text:tail ",
+            "text:1390013900",
+        ]
+    );
+    // A carry limit bounds the delay: an over-long buffer goes out as it is.
+    let first = MaskedStream::new(
+        futures::stream::iter(events()),
+        SensitiveDataMasker::default(),
+        4,
+    )
+    .next()
+    .await;
+    assert!(matches!(first, Some(AgentEvent::TextDelta(t)) if t == "电话1380013"));
 }
