@@ -417,7 +417,9 @@ mod metrics_export {
     #[tokio::test]
     async fn with_the_metrics_feature_every_sample_is_exported_through_the_facade() {
         let samples: Samples = Arc::default();
-        metrics::set_global_recorder(TestRecorder(samples.clone())).unwrap();
+        let recorder = TestRecorder(samples.clone());
+        // Thread-local: the current-thread test runtime records on this thread.
+        let _guard = metrics::set_default_local_recorder(&recorder);
         let log = Log::default();
         let model = tool_then_text("add", json!({"a": 1, "b": 2}), "3");
         let hook = Arc::new(LatencyHook::new(LatencyConfig {
