@@ -58,6 +58,9 @@
 //! - [`Model`] streams chunks; [`ScriptedModel`] is the offline model for tests.
 //! - [`Tool`]s live in a [`Toolkit`]; their arguments are validated against their JSON
 //!   Schema, and every failure becomes an error result the model can read.
+//! - [`hooks`] is the production hook library: latency percentiles, masking, audit,
+//!   self-correction, tool guard, dynamic options and approval, configured from one
+//!   [`hooks::HooksConfig`].
 //! - Failures of a call are values: [`Error`] with an [`ErrorKind`]; building fails
 //!   with a [`BuildError`].
 //!
@@ -76,6 +79,7 @@ pub mod agent;
 pub mod bench_support;
 mod error;
 pub mod hook;
+pub mod hooks;
 mod message;
 pub mod model;
 pub mod observe;

@@ -10,6 +10,14 @@
 mod build;
 mod failure_policy;
 mod hook_chain;
+mod hooks_approval;
+mod hooks_audit;
+mod hooks_config;
+mod hooks_dynamic_options;
+mod hooks_latency;
+mod hooks_masking;
+mod hooks_self_correction;
+mod hooks_tool_guard;
 mod loop_control;
 mod messages;
 mod mutators;
