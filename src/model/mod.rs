@@ -11,10 +11,27 @@
 //! changes on the effective options they are shown.
 //!
 //! [`ScriptedModel`] is the offline, deterministic model used by examples and tests.
+//!
+//! Real providers are behind cargo features and are used exactly like `ScriptedModel`:
+//! `OpenAiChatModel` (feature `openai`: OpenAI and OpenAI-compatible chat completions)
+//! and `AnthropicModel` (feature `anthropic`: the Messages API). Both stream over the
+//! shared `transport` (timeouts, retries, typed errors).
 
+#[cfg(feature = "anthropic")]
+mod anthropic;
+#[cfg(feature = "openai")]
+mod openai;
 mod scripted;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub mod transport;
 
+#[cfg(feature = "anthropic")]
+pub use anthropic::{AnthropicModel, AnthropicModelBuilder};
+#[cfg(feature = "openai")]
+pub use openai::{OpenAiChatModel, OpenAiChatModelBuilder};
 pub use scripted::{ScriptedModel, ScriptedTurn};
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub use transport::{HttpConfig, RetryPolicy};
 
 use std::fmt;
 use std::pin::Pin;
