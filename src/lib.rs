@@ -55,7 +55,9 @@
 //! - [`Hook`] is the one trait you implement; [`HookEvent`] is what it receives. Hooks
 //!   run in ascending priority, ties in registration order, and rewrites are threaded
 //!   (see [`hook`]).
-//! - [`Model`] streams chunks; [`ScriptedModel`] is the offline model for tests.
+//! - [`Model`] streams chunks; [`ScriptedModel`] is the offline model for tests. Real
+//!   providers are cargo features: `openai` (`OpenAiChatModel`, any OpenAI-compatible
+//!   chat-completions server) and `anthropic` (`AnthropicModel`); see [`model`].
 //! - [`Tool`]s live in a [`Toolkit`]; their arguments are validated against their JSON
 //!   Schema, and every failure becomes an error result the model can read.
 //! - [`hooks`] is the production hook library: latency percentiles, masking, audit,
@@ -99,10 +101,16 @@ pub use hook::{
     ReasoningChunkEvent, SummaryChunkEvent,
 };
 pub use message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
+#[cfg(feature = "anthropic")]
+pub use model::{AnthropicModel, AnthropicModelBuilder};
 pub use model::{
     FinishReason, GenerateOptions, Model, ModelChunk, ModelError, ModelErrorKind, ModelRequest,
     ModelStream, ScriptedModel, ScriptedTurn, ToolChoice, Usage,
 };
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub use model::{HttpConfig, RetryPolicy};
+#[cfg(feature = "openai")]
+pub use model::{OpenAiChatModel, OpenAiChatModelBuilder};
 pub use observe::{Decision, DecisionKind};
 pub use subagent::{
     GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentDeclarationBuilder,

@@ -22,6 +22,16 @@ mod loop_control;
 mod messages;
 mod mutators;
 mod observability;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod providers_agent;
+#[cfg(feature = "anthropic")]
+mod providers_anthropic;
+#[cfg(feature = "openai")]
+mod providers_openai;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod providers_support;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod providers_transport;
 mod sessions;
 mod streaming;
 mod subagent_properties;
