@@ -88,6 +88,28 @@ mod w1 {
         let agent = w1_agent(10);
         bencher.bench_local(|| rt.block_on(w1_call(&agent)));
     }
+
+    #[divan::bench]
+    fn production_hook_set(bencher: Bencher) {
+        let rt = runtime();
+        let agent = w1_production_agent();
+        bencher.bench_local(|| rt.block_on(w1_call(&agent)));
+    }
+}
+
+/// Masking throughput on a mixed Chinese/English corpus with about 1% personal data.
+mod masking {
+    use super::*;
+    use rein::hooks::SensitiveDataMasker;
+
+    #[divan::bench(args = [64 * 1024, 1024 * 1024])]
+    fn mixed_corpus(bencher: Bencher, bytes: usize) {
+        let masker = SensitiveDataMasker::default();
+        let corpus = masking_corpus(bytes);
+        bencher
+            .counter(divan::counter::BytesCount::new(corpus.len()))
+            .bench_local(|| black_box(masker.mask(black_box(&corpus))).len());
+    }
 }
 
 /// A W1 call on a session that already holds N messages.

@@ -196,3 +196,39 @@ fn no_decision_records_are_built_without_a_subscriber_or_the_trail_flag() {
         "recording should cost the digests: on={bytes_on} off={bytes_off}"
     );
 }
+
+#[test]
+fn dispatching_an_event_nobody_subscribed_to_allocates_nothing() {
+    use futures::FutureExt;
+    use rein::bench_support::DispatchProbe;
+    let probe =
+        DispatchProbe::new((0..10).map(|_| Observer(Interest::only(EventKind::Error)))).unwrap();
+    let tool_use = ToolUse::new("call_1", "add", json!({"a": 1, "b": 2}));
+    let mut out = None;
+    let info = allocation_counter::measure(|| {
+        assert!(!probe.wants(EventKind::PreActing));
+        out = probe.pre_acting(tool_use).now_or_never();
+    });
+    assert_eq!(info.count_total, 0, "the skipped PreActing step allocated");
+    assert!(matches!(out, Some(Ok(_))));
+}
+
+#[test]
+fn inline_erased_hook_dispatch_does_not_allocate_per_hook() {
+    use futures::FutureExt;
+    use rein::bench_support::DispatchProbe;
+    let one = DispatchProbe::new([Observer(Interest::ALL)]).unwrap();
+    let ten = DispatchProbe::new((0..10).map(|_| Observer(Interest::ALL))).unwrap();
+    let tu = || ToolUse::new("call_1", "add", json!({"a": 1, "b": 2}));
+    let (a, b) = (tu(), tu());
+    let n1 = allocation_counter::measure(|| {
+        let _ = one.pre_acting(a).now_or_never();
+    });
+    let n10 = allocation_counter::measure(|| {
+        let _ = ten.pre_acting(b).now_or_never();
+    });
+    assert_eq!(
+        n1.count_total, n10.count_total,
+        "more subscribed hooks, more allocations"
+    );
+}

@@ -197,3 +197,57 @@ pub async fn w2_sessions(n: usize) -> usize {
     assert_eq!(ok, n);
     ok
 }
+
+/// The production hook set the performance issue names: latency, masking, audit to an
+/// in-memory sink, tool guard, dynamic options (self-correction and approval off).
+pub fn production_hooks() -> rein::hooks::Hooks {
+    let config: rein::hooks::HooksConfig = serde_json::from_value(json!({
+        "latency": {"enabled": true},
+        "masking": {"enabled": true, "mask_tool_results": true},
+        "audit": {"enabled": true},
+        "tool_guard": {"enabled": true, "numeric_caps": {"a": 1000, "b": 1000}},
+        "dynamic_options": {"enabled": true}
+    }))
+    .unwrap();
+    config
+        .build_with(
+            rein::hooks::HookServices::new().audit_sink(rein::hooks::MemoryAuditSink::new()),
+        )
+        .unwrap()
+}
+
+/// The W1 agent with the production hook set.
+pub fn w1_production_agent() -> Agent {
+    production_hooks().install(base_builder()).build().unwrap()
+}
+
+/// About `bytes` of mixed Chinese/English customer-service text, with personal data
+/// (mobile numbers, ID numbers, cards, e-mails) in roughly 1% of the characters.
+pub fn masking_corpus(bytes: usize) -> String {
+    let clean = [
+        "您好，我想查询一下我的订单状态，昨天下的单还没有发货。",
+        "Hello, I would like to check the status of my refund request from last week. ",
+        "客服您好，请问退款一般需要几个工作日才能到账？谢谢。",
+        "The package arrived damaged; please advise how to return it for a replacement. ",
+        "订单号 ORD20261130 的商品颜色发错了，麻烦帮我换一下。",
+        "Thanks for the quick reply, the issue is resolved now. ",
+    ];
+    let personal = [
+        "请联系13812345678",
+        " mail me at li.wei@example.com ",
+        "身份证号11010519491231002X",
+        " card 4111111111111111 ",
+    ];
+    let mut out = String::with_capacity(bytes + 128);
+    let (mut i, mut pii) = (0usize, 0usize);
+    while out.len() < bytes {
+        // One personal item per ~2.5 KB of clean text keeps it near 1% of the bytes.
+        if out.len() / 2500 > pii {
+            out.push_str(personal[pii % personal.len()]);
+            pii += 1;
+        }
+        out.push_str(clean[i % clean.len()]);
+        i += 1;
+    }
+    out
+}
