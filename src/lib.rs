@@ -82,8 +82,9 @@ pub mod tool;
 mod util;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions, RunContext,
-    SessionKey, SessionStore, StopReason, StoreError,
+    Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions,
+    FileSessionStore, InMemorySessionStore, RunContext, SessionKey, SessionStore, StopReason,
+    StoreError, StoreErrorKind, StoredSession,
 };
 pub use error::{BuildError, BuildErrorKind, Error, ErrorKind, HookFailureKind};
 pub use hook::{

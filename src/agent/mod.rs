@@ -33,17 +33,28 @@
 //!
 //! An empty model answer (no text, no tool call) appends a synthetic reminder and
 //! reasons again (bounded by `max_iters`).
+//!
+//! # Durable sessions
+//! With a [`SessionStore`] ([`AgentBuilder::session_store`]) conversations outlive the
+//! agent: each is loaded on first use and saved, with a version check, after every
+//! call — completed, failed or cancelled. [`FileSessionStore`] keeps one file per
+//! session with atomic replace; [`InMemorySessionStore`] shares sessions inside one
+//! process.
 
 mod builder;
 mod context;
+mod file_store;
 mod memory;
 mod run;
+mod store;
 mod stream;
 
 pub use builder::AgentBuilder;
 
 pub use context::{AgentInfo, Extensions, RunContext};
-pub use memory::{SessionKey, SessionStore, StoreError};
+pub use file_store::FileSessionStore;
+pub use memory::SessionKey;
+pub use store::{InMemorySessionStore, SessionStore, StoreError, StoreErrorKind, StoredSession};
 pub use stream::{AgentEvent, AgentStream};
 
 use std::sync::Arc;
@@ -227,15 +238,22 @@ impl Agent {
     }
 
     /// A snapshot of a session's conversation. Waits for a call in progress on that
-    /// session to finish.
+    /// session to finish. With a session store, a session this agent has not loaded yet
+    /// is loaded first (a store that fails to load it is logged and gives an empty
+    /// snapshot).
     pub async fn messages(&self, key: &SessionKey) -> Vec<Msg> {
         let slot = self.inner.sessions.slot(key);
-        let conv = slot.lock().await;
+        let mut conv = slot.lock().await;
+        if let Some(store) = &self.inner.store
+            && let Err(e) = conv.load_if_needed(&**store, key).await
+        {
+            tracing::warn!(session = %key, error = %e, "loading the session failed");
+        }
         conv.messages.clone()
     }
 
-    /// Forgets a session held in memory (a configured store is not touched). Returns
-    /// whether it was present.
+    /// Forgets a session held in memory (a configured store is not touched: the next
+    /// call on the session loads it again). Returns whether it was present.
     pub fn forget_session(&self, key: &SessionKey) -> bool {
         self.inner.sessions.remove(key)
     }

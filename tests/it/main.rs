@@ -8,6 +8,7 @@
 )]
 
 mod build;
+mod durable;
 mod failure_policy;
 mod hook_chain;
 mod loop_control;
