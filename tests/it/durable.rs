@@ -267,11 +267,14 @@ async fn a_dropped_call_is_saved_by_a_background_task_without_another_call() {
     );
 }
 
+/// (new version, message texts) of each save.
+type Saves = Arc<Mutex<Vec<(u64, Vec<String>)>>>;
+
 /// A store that records every save and can be told to fail the next ones.
 #[derive(Clone, Default)]
 struct RecordingStore {
     inner: InMemorySessionStore,
-    saves: Arc<Mutex<Vec<(u64, Vec<String>)>>>,
+    saves: Saves,
     fail_next: Arc<Mutex<u32>>,
 }
 

@@ -10,6 +10,7 @@
 mod build;
 mod durable;
 mod failure_policy;
+mod faults;
 mod hook_chain;
 mod loop_control;
 mod messages;
