@@ -431,8 +431,16 @@ async fn tool_faults_become_error_results_and_the_call_still_answers() {
                 ToolFault::Error => "failed: backend down",
                 ToolFault::InvalidOutput => "\u{202e}",
             };
-            assert!(first.content.contains(expect), "{fault:?}: {}", first.content);
-            assert_eq!(first.is_error, fault != ToolFault::InvalidOutput, "{fault:?}");
+            assert!(
+                first.content.contains(expect),
+                "{fault:?}: {}",
+                first.content
+            );
+            assert_eq!(
+                first.is_error,
+                fault != ToolFault::InvalidOutput,
+                "{fault:?}"
+            );
             injected += 1;
             rig.assert_recovers().await;
         }
@@ -444,7 +452,10 @@ async fn tool_faults_become_error_results_and_the_call_still_answers() {
         let stored = rig.agent.messages(&key("f")).await;
         let first = stored.iter().flat_map(|m| m.tool_results()).next().cloned();
         let first = first.unwrap();
-        assert!(first.is_error && first.content.contains("Invalid arguments"), "{first:?}");
+        assert!(
+            first.is_error && first.content.contains("Invalid arguments"),
+            "{first:?}"
+        );
         injected += 1;
         rig.assert_recovers().await;
     }
@@ -456,7 +467,11 @@ async fn hook_faults_follow_the_failure_policy_at_every_event_kind() {
     let mut injected = 0;
     for file_store in [false, true] {
         for kind in EventKind::ALL {
-            for fault in [HookFault::Error, HookFault::Panic, HookFault::HangPastTimeout] {
+            for fault in [
+                HookFault::Error,
+                HookFault::Panic,
+                HookFault::HangPastTimeout,
+            ] {
                 for policy in [FailurePolicy::Abort, FailurePolicy::Ignore] {
                     // The Error event needs an error: the model fails on its first call.
                     let model = if kind == EventKind::Error {
@@ -516,7 +531,8 @@ async fn dropping_the_call_at_every_await_point_leaves_a_valid_saved_session() {
     let mut completed = false;
     for file_store in [true, false] {
         for polls in 1.. {
-            let mut setup = Setup::new(PlanModel::default().with_chunk_delay(Duration::from_millis(3)));
+            let mut setup =
+                Setup::new(PlanModel::default().with_chunk_delay(Duration::from_millis(3)));
             setup.tool_delay = Duration::from_millis(5);
             setup.hook_delay = Some(Duration::from_millis(2));
             setup.file_store = file_store;
@@ -551,7 +567,10 @@ async fn dropping_the_call_at_every_await_point_leaves_a_valid_saved_session() {
         .collect();
     expected.insert("start".to_owned());
     assert_eq!(phases, expected, "a drop landed after every step");
-    eprintln!("faults injected: dropped call = {drops} (phases: {})", phases.len());
+    eprintln!(
+        "faults injected: dropped call = {drops} (phases: {})",
+        phases.len()
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -563,7 +582,10 @@ async fn a_call_dropped_while_queued_behind_another_never_touches_the_session() 
         .model(model)
         .without_global_hooks()
         .max_iters(2)
-        .toolkit(toolkit_with(vec![work_tool(None, Duration::from_millis(50))]))
+        .toolkit(toolkit_with(vec![work_tool(
+            None,
+            Duration::from_millis(50),
+        )]))
         .session_store(store.clone())
         .build()
         .unwrap();

@@ -8,6 +8,7 @@
 )]
 
 mod build;
+mod crash;
 mod durable;
 mod failure_policy;
 mod faults;
