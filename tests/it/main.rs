@@ -8,11 +8,14 @@
 )]
 
 mod build;
+mod chain_properties;
 mod crash;
 mod durable;
 mod failure_policy;
 mod faults;
+mod fuzz_inputs;
 mod hook_chain;
+mod load;
 mod loop_control;
 mod messages;
 mod mutators;
