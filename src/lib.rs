@@ -58,6 +58,8 @@
 //! - [`Model`] streams chunks; [`ScriptedModel`] is the offline model for tests.
 //! - [`Tool`]s live in a [`Toolkit`]; their arguments are validated against their JSON
 //!   Schema, and every failure becomes an error result the model can read.
+//! - A [`SessionStore`] makes conversations durable: [`FileSessionStore`] keeps one
+//!   file per session, saved atomically after every call with a version check.
 //! - Failures of a call are values: [`Error`] with an [`ErrorKind`]; building fails
 //!   with a [`BuildError`].
 //!

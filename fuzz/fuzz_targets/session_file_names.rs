@@ -1,5 +1,7 @@
 #![no_main]
 
+// Each target uses one of the shared checks.
+#[allow(dead_code)]
 #[path = "../checks.rs"]
 mod checks;
 

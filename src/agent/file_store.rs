@@ -50,6 +50,33 @@ const CUT_STEM: usize = 100;
 ///
 /// File I/O runs on tokio's blocking pool when called inside a tokio runtime, and
 /// inline otherwise.
+///
+/// ```
+/// use rein::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = std::env::temp_dir().join(format!("rein-doc-{}", std::process::id()));
+/// let ctx = || RunContext::new().with_user_id("alice").with_session_id("support-42");
+///
+/// let model = ScriptedModel::new([ScriptedTurn::text("hello"), ScriptedTurn::text("again")]);
+/// let agent = Agent::builder()
+///     .model(model.clone())
+///     .session_store(FileSessionStore::open(&dir)?)
+///     .build()?;
+/// agent.call_with(vec![Msg::user("hi")], ctx()).await?;
+/// drop(agent); // e.g. the process restarts
+///
+/// let agent = Agent::builder()
+///     .model(model)
+///     .session_store(FileSessionStore::open(&dir)?)
+///     .build()?;
+/// agent.call_with(vec![Msg::user("still there?")], ctx()).await?;
+/// let history = agent.messages(&SessionKey::new(Some("alice"), "support-42")).await;
+/// assert_eq!(history.len(), 4);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct FileSessionStore {
     dir: Arc<PathBuf>,

@@ -156,6 +156,14 @@ fn dispatch_order(specs: &[Spec], kind: EventKind) -> Vec<usize> {
     order
 }
 
+/// What the hooks observed on events of `kind`, in order.
+fn observed_on(seen: &[(usize, EventKind, String)], kind: EventKind) -> Vec<&String> {
+    seen.iter()
+        .filter(|(_, k, _)| *k == kind)
+        .map(|(_, _, o)| o)
+        .collect()
+}
+
 fn run_case(specs: Vec<Spec>, turns: Vec<Turn>) -> Result<(), TestCaseError> {
     let seen: Seen = Arc::default();
     let registry = HookRegistry::new();
@@ -228,20 +236,12 @@ fn run_case(specs: Vec<Spec>, turns: Vec<Turn>) -> Result<(), TestCaseError> {
     // Threading: each hook saw the marks of the hooks before it.
     let marks = |ids: &[usize]| ids.iter().map(|id| format!("|{id}")).collect::<String>();
     let pre_call = dispatch_order(&specs, EventKind::PreCall);
-    let observed: Vec<&String> = seen
-        .iter()
-        .filter(|(_, k, _)| *k == EventKind::PreCall)
-        .map(|(_, _, o)| o)
-        .collect();
+    let observed = observed_on(&seen, EventKind::PreCall);
     for (i, o) in observed.iter().enumerate() {
         prop_assert_eq!(o.as_str(), format!("go{}", marks(&pre_call[..i])));
     }
     let pre_acting = dispatch_order(&specs, EventKind::PreActing);
-    let acting: Vec<&String> = seen
-        .iter()
-        .filter(|(_, k, _)| *k == EventKind::PreActing)
-        .map(|(_, _, o)| o)
-        .collect();
+    let acting = observed_on(&seen, EventKind::PreActing);
     for call in acting.chunks(pre_acting.len().max(1)) {
         // A rewrite after the denial is ignored (documented): the trail stops growing.
         let mut denied = false;
@@ -270,11 +270,7 @@ fn run_case(specs: Vec<Spec>, turns: Vec<Turn>) -> Result<(), TestCaseError> {
         (Some(Turn::Error), Err(e)) => prop_assert_eq!(e.kind(), ErrorKind::Model),
         (Some(Turn::Text), Ok(reply)) => {
             prop_assert_eq!(reply.text(), format!("final{}", marks(&post_call)));
-            let observed: Vec<&String> = seen
-                .iter()
-                .filter(|(_, k, _)| *k == EventKind::PostCall)
-                .map(|(_, _, o)| o)
-                .collect();
+            let observed = observed_on(&seen, EventKind::PostCall);
             for (i, o) in observed.iter().enumerate() {
                 prop_assert_eq!(o.as_str(), format!("final{}", marks(&post_call[..i])));
             }
