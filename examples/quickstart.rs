@@ -1,7 +1,19 @@
 //! Run with: cargo run --example quickstart
 //!
-//! A ScriptedModel agent (offline, deterministic) with one tool and one hook that prints
-//! every lifecycle event it sees — and enforces a rule the prompt alone could not.
+//! An agent with one tool and one hook that prints every lifecycle event it sees — and
+//! enforces a rule the prompt alone could not. Offline and deterministic on a
+//! ScriptedModel; on a real model when an API key is set and its feature is on:
+//!
+//! ```sh
+//! OPENAI_API_KEY=sk-... cargo run --features openai --example quickstart
+//! ANTHROPIC_API_KEY=sk-ant-... cargo run --features anthropic --example quickstart
+//! ```
+//!
+//! The first output line says which model runs.
+
+mod common;
+
+use std::sync::Arc;
 
 use rein::*;
 use serde_json::json;
@@ -64,6 +76,7 @@ impl Hook for Narrator {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let real = common::real_model()?;
     let mut tools = Toolkit::new();
     tools.register(FunctionTool::new(
         "add",
@@ -85,12 +98,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     ))?;
 
     // The script: call add(1, 2), then answer; then try add(-5, 3), then apologise.
-    let model = ScriptedModel::new([
+    let script = ScriptedModel::new([
         ScriptedTurn::tool_call("add", json!({"a": 1, "b": 2})).with_text("Let me compute that."),
         ScriptedTurn::text("1 + 2 = 3."),
         ScriptedTurn::tool_call("add", json!({"a": -5, "b": 3})),
         ScriptedTurn::text("I am not allowed to add negative numbers."),
     ]);
+    let model: Arc<dyn Model> = real.unwrap_or_else(|| Arc::new(script));
 
     let agent = Agent::builder()
         .name("calculator")

@@ -4,7 +4,11 @@
 //! `examples/subagents_workspace/subagents/log-analyst.md`. The parent's governance hook
 //! is inherited: it sees the child's tool calls and denies a query for personal data.
 //! A hook-contributed `delete_logs` tool is installed on the parent, but not on the
-//! child, whose allowlist names only `query_logs`. Everything runs offline.
+//! child, whose allowlist names only `query_logs`. Runs offline on a ScriptedModel, or
+//! on a real model when an API key is set and its feature is on (see the quickstart
+//! example); the first output line says which.
+
+mod common;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -22,7 +26,7 @@ impl Hook for Governance {
     }
 
     fn interest(&self) -> Interest {
-        Interest::only(EventKind::PreActing) | EventKind::PostCall
+        Interest::only(EventKind::PreActing) | EventKind::PostCall | EventKind::PreReasoning
     }
 
     fn tools(&self) -> Vec<Arc<dyn Tool>> {
@@ -45,6 +49,9 @@ impl Hook for Governance {
                     println!("governance denied it");
                 }
             }
+            HookEvent::PreReasoning(e) if e.agent().depth > 0 && e.iteration() == 0 => {
+                println!("governance saw {who} offered tools {:?}", e.tool_names())
+            }
             HookEvent::PostCall(e) => println!("{who} replied: {}", e.final_message().text()),
             _ => {}
         }
@@ -54,6 +61,7 @@ impl Hook for Governance {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let real = common::real_model()?;
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/subagents_workspace");
 
     let mut tools = Toolkit::new();
@@ -78,7 +86,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     ))?;
 
     // One script for the whole tree: the parent and the child share the model.
-    let model = ScriptedModel::new([
+    let script = ScriptedModel::new([
         // parent
         ScriptedTurn::tool_call(
             "agent_spawn",
@@ -101,7 +109,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let agent = Agent::builder()
         .name("support")
-        .model(model.clone())
+        .model(match &real {
+            Some(m) => Arc::clone(m),
+            None => Arc::new(script.clone()),
+        })
         .toolkit(tools)
         .workspace(&workspace)
         .hook(Governance)
@@ -132,8 +143,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
 
+    if real.is_some() {
+        return Ok(());
+    }
     // The child was offered only its allowlisted tool: no delete_logs, no agent_spawn.
-    let child_request = &model.requests()[1];
+    let child_request = &script.requests()[1];
     let offered: Vec<&str> = child_request
         .tools
         .iter()

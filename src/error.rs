@@ -206,7 +206,9 @@ pub enum BuildErrorKind {
     Tool,
     /// A hook reported an invalid configuration, or hooks could not be assembled.
     InvalidHook,
-    /// A builder setting is invalid (e.g. `max_iters(0)`).
+    /// A builder setting is invalid (e.g. `max_iters(0)`), or a configuration key is
+    /// invalid (e.g. `masking.extra_patterns[0].regex` of a
+    /// [`HooksConfig`](crate::hooks::HooksConfig)); the message names the key.
     InvalidConfig,
     /// A workspace file (`tools.json`, `subagents/*.md`) is unreadable or malformed;
     /// see [`BuildError::workspace_error`] for file, line and key.
@@ -250,6 +252,14 @@ impl BuildError {
         Self::new(
             BuildErrorKind::InvalidHook,
             format!("hook `{name}` has an invalid configuration: {message}"),
+        )
+    }
+
+    /// An invalid configuration value, naming its key (e.g. `tool_guard.numeric_caps.amount.max`).
+    pub(crate) fn invalid_config(key: &str, message: impl fmt::Display) -> Self {
+        Self::new(
+            BuildErrorKind::InvalidConfig,
+            format!("invalid configuration `{key}`: {message}"),
         )
     }
 

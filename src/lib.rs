@@ -55,9 +55,14 @@
 //! - [`Hook`] is the one trait you implement; [`HookEvent`] is what it receives. Hooks
 //!   run in ascending priority, ties in registration order, and rewrites are threaded
 //!   (see [`hook`]).
-//! - [`Model`] streams chunks; [`ScriptedModel`] is the offline model for tests.
+//! - [`Model`] streams chunks; [`ScriptedModel`] is the offline model for tests. Real
+//!   providers are cargo features: `openai` (`OpenAiChatModel`, any OpenAI-compatible
+//!   chat-completions server) and `anthropic` (`AnthropicModel`); see [`model`].
 //! - [`Tool`]s live in a [`Toolkit`]; their arguments are validated against their JSON
 //!   Schema, and every failure becomes an error result the model can read.
+//! - [`hooks`] is the production hook library: latency percentiles, masking, audit,
+//!   self-correction, tool guard, dynamic options and approval, configured from one
+//!   [`hooks::HooksConfig`].
 //! - A [`SessionStore`] makes conversations durable: [`FileSessionStore`] keeps one
 //!   file per session, saved atomically after every call with a version check.
 //! - Failures of a call are values: [`Error`] with an [`ErrorKind`]; building fails
@@ -74,8 +79,11 @@
 //!    panics and timeouts count as failures; the caller never sees a panic.
 
 pub mod agent;
+#[doc(hidden)]
+pub mod bench_support;
 mod error;
 pub mod hook;
+pub mod hooks;
 mod message;
 pub mod model;
 pub mod observe;
@@ -96,10 +104,16 @@ pub use hook::{
     ReasoningChunkEvent, SummaryChunkEvent,
 };
 pub use message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
+#[cfg(feature = "anthropic")]
+pub use model::{AnthropicModel, AnthropicModelBuilder};
 pub use model::{
     FinishReason, GenerateOptions, Model, ModelChunk, ModelError, ModelErrorKind, ModelRequest,
     ModelStream, ScriptedModel, ScriptedTurn, ToolChoice, Usage,
 };
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub use model::{HttpConfig, RetryPolicy};
+#[cfg(feature = "openai")]
+pub use model::{OpenAiChatModel, OpenAiChatModelBuilder};
 pub use observe::{Decision, DecisionKind};
 pub use subagent::{
     GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentDeclarationBuilder,

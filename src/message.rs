@@ -226,6 +226,17 @@ impl Msg {
             .any(|b| matches!(b, ContentBlock::ToolUse(_)))
     }
 
+    /// An empty assistant message with no id (allocation-free), used as a slot.
+    pub(crate) fn placeholder() -> Self {
+        Self {
+            id: String::new(),
+            name: None,
+            role: Role::Assistant,
+            content: Vec::new(),
+            metadata: Map::new(),
+        }
+    }
+
     /// Marks the message as synthesized by the runtime (`"rein.synthetic": true`).
     pub(crate) fn synthetic(mut self) -> Self {
         self.metadata

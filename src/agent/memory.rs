@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::OwnedMutexGuard;
 
-use super::store::{SessionStore, StoreError};
+use super::store::{SessionStore, StoreError, StoreErrorKind};
 
 use crate::message::{ContentBlock, Msg, Role, ToolResult, ToolUse};
 
@@ -41,7 +41,9 @@ impl fmt::Display for SessionKey {
 /// One conversation as held in memory.
 #[derive(Debug, Default)]
 pub(crate) struct Conversation {
-    pub(crate) messages: Vec<Msg>,
+    /// Shared copy-on-write: model requests hold a reference instead of a copy; a
+    /// mutation copies only if a request still holds it.
+    pub(crate) messages: Arc<Vec<Msg>>,
     /// `messages` mirror the store (or there is no store). Cleared by a save conflict:
     /// the next call reloads.
     pub(crate) loaded: bool,
@@ -102,7 +104,9 @@ impl Conversation {
         self.load_if_needed(store, key).await
     }
 
-    /// Loads the stored session unless the conversation is loaded.
+    /// Loads the stored session unless the conversation is loaded. A stored history
+    /// that breaks the memory invariant (e.g. a hand-edited file) is refused as
+    /// [`StoreErrorKind::Corrupt`].
     pub(crate) async fn load_if_needed(
         &mut self,
         store: &dyn SessionStore,
@@ -110,7 +114,14 @@ impl Conversation {
     ) -> Result<(), StoreError> {
         if !self.loaded {
             let stored = store.load(key).await?;
-            self.messages = stored.messages;
+            check_history(&stored.messages).map_err(|e| {
+                StoreError::with_kind(
+                    StoreErrorKind::Corrupt,
+                    key,
+                    format!("the stored conversation is not a valid history: {e}"),
+                )
+            })?;
+            self.messages = Arc::new(stored.messages);
             self.version = stored.version;
             self.loaded = true;
             self.dirty = false;
@@ -214,8 +225,17 @@ impl CallMemory {
         &self.guard.messages
     }
 
+    /// The conversation, shared (for a model request).
+    pub(crate) fn shared(&self) -> Arc<Vec<Msg>> {
+        Arc::clone(&self.guard.messages)
+    }
+
+    fn messages_mut(&mut self) -> &mut Vec<Msg> {
+        Arc::make_mut(&mut self.guard.messages)
+    }
+
     pub(crate) fn push(&mut self, msg: Msg) {
-        self.guard.messages.push(msg);
+        self.messages_mut().push(msg);
     }
 
     /// Tool uses of the last assistant message that have no result after it.
@@ -225,15 +245,14 @@ impl CallMemory {
 
     /// Gives every pending tool use an error result with `text`.
     pub(crate) fn repair(&mut self, text: &str) {
-        repair(&mut self.guard.messages, text);
+        repair(self.messages_mut(), text);
     }
 
     /// Replaces the stored tool use with this id (name and input) in the last
     /// assistant message.
     pub(crate) fn update_tool_use(&mut self, updated: &ToolUse) {
         if let Some(msg) = self
-            .guard
-            .messages
+            .messages_mut()
             .iter_mut()
             .rev()
             .find(|m| m.role == Role::Assistant)
@@ -252,7 +271,7 @@ impl CallMemory {
     /// Records a result in the tool message at `batch` (creating it at the end on the
     /// first result of a turn). Returns the message's index.
     pub(crate) fn record_result(&mut self, batch: Option<usize>, result: ToolResult) -> usize {
-        let messages = &mut self.guard.messages;
+        let messages = self.messages_mut();
         match batch {
             Some(i) if i < messages.len() => {
                 messages[i].content.push(ContentBlock::ToolResult(result));
@@ -281,7 +300,7 @@ impl CallMemory {
 impl Drop for CallMemory {
     fn drop(&mut self) {
         if self.armed {
-            repair(&mut self.guard.messages, DROPPED);
+            repair(Arc::make_mut(&mut self.guard.messages), DROPPED);
         }
         if self.guard.loaded
             && self.guard.dirty
@@ -291,6 +310,41 @@ impl Drop for CallMemory {
             p.spawn_save();
         }
     }
+}
+
+/// Checks a history for import: no system messages; tool results follow their uses
+/// directly (only tool-result messages while uses are open); each use has at most one
+/// result; uses left open are allowed only at the very end (they are then pending).
+pub(crate) fn check_history(messages: &[Msg]) -> Result<(), String> {
+    let mut open: HashSet<&str> = HashSet::new();
+    let mut seen: HashSet<&str> = HashSet::new();
+    for (i, m) in messages.iter().enumerate() {
+        if m.role == Role::System {
+            return Err(format!("message {i} has the System role"));
+        }
+        let results = m.tool_results();
+        if !open.is_empty() && results.is_empty() {
+            return Err(format!(
+                "message {i} comes before the results of tool calls {:?}",
+                open.iter().collect::<Vec<_>>()
+            ));
+        }
+        for r in results {
+            if !open.remove(r.id.as_str()) {
+                return Err(format!(
+                    "message {i} has a result for tool call `{}` with no open tool use",
+                    r.id
+                ));
+            }
+        }
+        for u in m.tool_uses() {
+            if !seen.insert(u.id.as_str()) {
+                return Err(format!("message {i} repeats tool call id `{}`", u.id));
+            }
+            open.insert(u.id.as_str());
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn pending_tool_uses(messages: &[Msg]) -> Vec<ToolUse> {

@@ -249,7 +249,33 @@ impl Agent {
         {
             tracing::warn!(session = %key, error = %e, "loading the session failed");
         }
-        conv.messages.clone()
+        conv.messages.to_vec()
+    }
+
+    /// Replaces a session's conversation (waits for a call in progress on it), e.g.
+    /// to import a history kept elsewhere. A configured store is not written until the
+    /// next call on the session, which saves the replacement (over the stored version)
+    /// before it proceeds.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `messages` hold
+    /// a system-role message, or a tool use without exactly one later result (except
+    /// pending uses in the last assistant message, which the next call resumes or
+    /// marks as not executed); [`ErrorKind::Store`](crate::ErrorKind::Store) when a
+    /// configured store cannot load the session (its version is needed to replace it).
+    pub async fn set_messages(&self, key: &SessionKey, messages: Vec<Msg>) -> Result<(), Error> {
+        memory::check_history(&messages).map_err(Error::invalid_input)?;
+        let slot = self.inner.sessions.slot(key);
+        let mut conv = slot.lock().await;
+        if let Some(store) = &self.inner.store {
+            conv.load_if_needed(&**store, key)
+                .await
+                .map_err(Error::store)?;
+        }
+        conv.messages = Arc::new(messages);
+        conv.loaded = true;
+        conv.dirty = true;
+        Ok(())
     }
 
     /// Forgets a session held in memory (a configured store is not touched: the next

@@ -18,7 +18,9 @@ use crate::hook::{
     PreSummaryEvent, ReasoningChunkEvent, SummaryChunkEvent,
 };
 use crate::message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
-use crate::model::{FinishReason, ModelChunk, ModelError, ModelErrorKind, ModelRequest, Usage};
+use crate::model::{
+    FinishReason, Messages, ModelChunk, ModelError, ModelErrorKind, ModelRequest, Usage,
+};
 use crate::observe::{Decision, TrailMode};
 use crate::tool::{ProgressChunk, ToolContext};
 use crate::util::{new_id, panic_message};
@@ -85,7 +87,7 @@ struct Call<'a> {
     meta: EventMeta,
     ctx: &'a RunContext,
     sink: Option<&'a Sink>,
-    system: Option<Msg>,
+    system: Option<Arc<Msg>>,
     usage: Usage,
     last_usage: Usage,
     model_calls: u32,
@@ -177,7 +179,7 @@ impl AgentInner {
         memory.conversation().dirty = true;
         let mut call = Call {
             agent: self,
-            meta: EventMeta::new(&self.info, &ctx, mode),
+            meta: EventMeta::new(&self.info, &ctx, Arc::clone(self.chain.labels()), mode),
             ctx: &ctx,
             sink: sink.as_ref(),
             system: None,
@@ -237,7 +239,7 @@ impl AgentInner {
             return error;
         }
         let mut event = HookEvent::Error(ErrorEvent {
-            meta: EventMeta::new(&self.info, ctx, mode),
+            meta: EventMeta::new(&self.info, ctx, Arc::clone(self.chain.labels()), mode),
             error,
             decisions,
         });
@@ -309,7 +311,7 @@ impl Call<'_> {
         }
         self.system = system_prompt
             .filter(|p| !p.trim().is_empty())
-            .map(Msg::system);
+            .map(|p| Arc::new(Msg::system(p)));
 
         let resume = self.admit_input(memory, input)?;
         if let Some(batch) = resume
@@ -439,9 +441,7 @@ impl Call<'_> {
     /// `PreReasoning`, then one model call.
     async fn reason(&mut self, memory: &CallMemory, iteration: u32) -> Result<Msg, Error> {
         let agent = self.agent;
-        let mut messages = Vec::with_capacity(memory.messages().len() + 1);
-        messages.extend(self.system.iter().cloned());
-        messages.extend_from_slice(memory.messages());
+        let mut messages = Messages::from_parts(self.system.clone(), memory.shared(), Vec::new());
         let mut options = agent.options.clone();
         if self.wants(EventKind::PreReasoning) {
             let mut ev = HookEvent::PreReasoning(PreReasoningEvent {
@@ -558,17 +558,17 @@ impl Call<'_> {
                 });
                 continue;
             }
-            let original = tool_use.clone();
             let mut ev = HookEvent::PreActing(PreActingEvent {
                 meta: self.meta.clone(),
                 tool_use,
                 denial: None,
+                changed: false,
             });
             self.dispatch(&mut ev).await?;
             let HookEvent::PreActing(e) = ev else {
                 return Err(Error::invalid_input("internal: PreActing changed variant"));
             };
-            if e.tool_use != original {
+            if e.changed {
                 memory.update_tool_use(&e.tool_use);
             }
             #[cfg(feature = "metrics")]
@@ -806,10 +806,11 @@ impl Call<'_> {
             "cancelled: maximum iterations ({}) reached",
             agent.max_iters
         ));
-        let mut messages = Vec::with_capacity(memory.messages().len() + 2);
-        messages.extend(self.system.iter().cloned());
-        messages.extend_from_slice(memory.messages());
-        messages.push(Msg::user(SUMMARY_INSTRUCTION).synthetic());
+        let mut messages = Messages::from_parts(
+            self.system.clone(),
+            memory.shared(),
+            vec![Msg::user(SUMMARY_INSTRUCTION).synthetic()],
+        );
         let mut options = agent.options.clone();
         if self.wants(EventKind::PreSummary) {
             let mut ev = HookEvent::PreSummary(PreSummaryEvent {
@@ -991,12 +992,12 @@ impl Call<'_> {
                     Phase::Reasoning => HookEvent::ReasoningChunk(ReasoningChunkEvent {
                         meta: self.meta.clone(),
                         chunk: ModelChunk::Text(String::new()),
-                        accumulated: Msg::new(Role::Assistant, Vec::new()),
+                        accumulated: Msg::placeholder(),
                     }),
                     Phase::Summary => HookEvent::SummaryChunk(SummaryChunkEvent {
                         meta: self.meta.clone(),
                         chunk: ModelChunk::Text(String::new()),
-                        accumulated: Msg::new(Role::Assistant, Vec::new()),
+                        accumulated: Msg::placeholder(),
                     }),
                 });
                 swap_chunk(ev, chunk, &mut msg);

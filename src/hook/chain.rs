@@ -8,6 +8,7 @@ use futures::FutureExt;
 
 use crate::error::{BuildError, Error, HookFailure};
 
+use super::event::HookLabel;
 use super::{DynHook, EventKind, FailurePolicy, HookEvent, Interest, RegisteredHook};
 
 /// A hook with the settings read from it once, at build time.
@@ -33,6 +34,8 @@ impl HookEntry {
 #[derive(Clone, Default)]
 pub(crate) struct HookChain {
     entries: Vec<HookEntry>,
+    /// Names and priorities by entry index, shared with every call's events.
+    labels: Arc<[HookLabel]>,
     /// For each [`EventKind`], indexes into `entries`, in dispatch order.
     by_kind: [Vec<u16>; 12],
 }
@@ -89,7 +92,23 @@ impl HookChain {
                 .map(|(i, _)| i as u16)
                 .collect();
         }
-        Ok(Self { entries, by_kind })
+        let labels = entries
+            .iter()
+            .map(|e| HookLabel {
+                name: Arc::clone(&e.name),
+                priority: e.priority,
+            })
+            .collect();
+        Ok(Self {
+            entries,
+            labels,
+            by_kind,
+        })
+    }
+
+    /// Names and priorities by entry index.
+    pub(crate) fn labels(&self) -> &Arc<[HookLabel]> {
+        &self.labels
     }
 
     /// The hooks in dispatch order.
@@ -111,9 +130,7 @@ impl HookChain {
         let kind = event.kind();
         for &i in &self.by_kind[kind as usize] {
             let entry = &self.entries[usize::from(i)];
-            let meta = event.meta_mut();
-            meta.current_hook = Some(Arc::clone(&entry.name));
-            meta.current_priority = entry.priority;
+            event.meta_mut().current = Some(i);
             let outcome = call_guarded(entry, event).await;
             if let Err(failure) = outcome {
                 #[cfg(feature = "metrics")]
@@ -126,21 +143,32 @@ impl HookChain {
                         "hook failed; continuing (ignore policy or notification event)"
                     );
                 } else {
-                    event.meta_mut().current_hook = None;
+                    event.meta_mut().current = None;
                     return Err(Error::hook(Arc::clone(&entry.name), kind, failure));
                 }
             }
         }
-        event.meta_mut().current_hook = None;
+        event.meta_mut().current = None;
         Ok(())
     }
 }
 
 /// Runs one hook on the event, turning a panic or a timeout into a failure.
+///
+/// The hook's future is created under `catch_unwind` (a hook may panic before
+/// returning it) and polled under `catch_unwind`; no wrapper future is built around it,
+/// so an inline-erased future is not copied again.
 async fn call_guarded(entry: &HookEntry, event: &mut HookEvent) -> Result<(), HookFailure> {
-    // The future is created inside the guarded block, so a hook that panics before
-    // returning its future is caught too.
-    let fut = AssertUnwindSafe(async { entry.hook().on_event_boxed(event).await }).catch_unwind();
+    let create = move || {
+        // Moving the reference in makes the closure `FnOnce`, so the future may borrow
+        // the event for as long as it lives.
+        let event = event;
+        entry.hook().on_event_erased(event)
+    };
+    let fut = match std::panic::catch_unwind(AssertUnwindSafe(create)) {
+        Ok(fut) => AssertUnwindSafe(fut).catch_unwind(),
+        Err(payload) => return Err(HookFailure::Panic(crate::util::panic_message(&*payload))),
+    };
     let caught = match entry.timeout {
         None => fut.await,
         Some(limit) => match tokio::time::timeout(limit, fut).await {

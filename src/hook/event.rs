@@ -5,19 +5,33 @@ use std::sync::Arc;
 use crate::agent::{AgentInfo, RunContext, StopReason};
 use crate::error::Error;
 use crate::message::{Msg, Role, ToolResult, ToolUse};
-use crate::model::{GenerateOptions, ModelChunk, Usage};
+use crate::model::{GenerateOptions, Messages, ModelChunk, Usage};
 use crate::observe::{Decision, DecisionKind, TrailMode, digest};
 
 use super::EventKind;
 
-/// What every event carries: who is running and in which call.
-#[derive(Clone, Debug)]
-pub(crate) struct EventMeta {
+/// A hook's name and priority, as the chain knows them (indexed like its entries).
+#[derive(Debug)]
+pub(crate) struct HookLabel {
+    pub(crate) name: Arc<str>,
+    pub(crate) priority: i32,
+}
+
+/// What every event of one call shares: built once per call.
+#[derive(Debug)]
+pub(crate) struct CallInfo {
     pub(crate) agent: Arc<AgentInfo>,
     pub(crate) ctx: RunContext,
-    /// The hook currently being called (set by the chain), for attributing decisions.
-    pub(crate) current_hook: Option<Arc<str>>,
-    pub(crate) current_priority: i32,
+    pub(crate) hooks: Arc<[HookLabel]>,
+}
+
+/// What every event carries: who is running, in which call, and which hook is being
+/// called. Cloning it for an event costs one reference count.
+#[derive(Clone, Debug)]
+pub(crate) struct EventMeta {
+    pub(crate) call: Arc<CallInfo>,
+    /// Index of the hook currently being called (set by the chain).
+    pub(crate) current: Option<u16>,
     /// Whether (and how) decisions are recorded in this call.
     pub(crate) mode: TrailMode,
     /// Decisions made during this dispatch; drained by the loop afterwards.
@@ -25,15 +39,28 @@ pub(crate) struct EventMeta {
 }
 
 impl EventMeta {
-    pub(crate) fn new(agent: &Arc<AgentInfo>, ctx: &RunContext, mode: TrailMode) -> Self {
+    pub(crate) fn new(
+        agent: &Arc<AgentInfo>,
+        ctx: &RunContext,
+        hooks: Arc<[HookLabel]>,
+        mode: TrailMode,
+    ) -> Self {
         Self {
-            agent: Arc::clone(agent),
-            ctx: ctx.clone(),
-            current_hook: None,
-            current_priority: 0,
+            call: Arc::new(CallInfo {
+                agent: Arc::clone(agent),
+                ctx: ctx.clone(),
+                hooks,
+            }),
+            current: None,
             mode,
             trail: Vec::new(),
         }
+    }
+
+    /// The hook currently being called.
+    pub(crate) fn current_hook(&self) -> Option<&HookLabel> {
+        self.current
+            .and_then(|i| self.call.hooks.get(usize::from(i)))
     }
 
     /// Whether decisions are recorded (check before computing digests).
@@ -59,20 +86,20 @@ impl EventMeta {
         reason: Option<String>,
         tool_call_id: Option<&str>,
     ) {
+        let (hook, priority) = match self.current_hook() {
+            Some(h) => (h.name.to_string(), h.priority),
+            None => ("<runtime>".to_owned(), 0),
+        };
         self.trail.push(Decision {
-            hook: self
-                .current_hook
-                .as_deref()
-                .unwrap_or("<runtime>")
-                .to_owned(),
-            priority: self.current_priority,
+            hook,
+            priority,
             event,
             kind,
             field,
             before,
             after,
             reason,
-            agent_id: self.agent.id.clone(),
+            agent_id: self.call.agent.id.clone(),
             tool_call_id: tool_call_id.map(str::to_owned),
         });
     }
@@ -84,12 +111,12 @@ macro_rules! meta_accessors {
             /// The agent whose loop fired this event (a subagent's events carry the
             /// child's identity, with `parent_id` and `depth`).
             pub fn agent(&self) -> &AgentInfo {
-                &self.meta.agent
+                &self.meta.call.agent
             }
 
             /// The run context of the call (ids and typed extensions).
             pub fn context(&self) -> &RunContext {
-                &self.meta.ctx
+                &self.meta.call.ctx
             }
         }
     )*};
@@ -179,7 +206,7 @@ impl PreCallEvent {
 #[derive(Debug)]
 pub struct PreReasoningEvent {
     pub(crate) meta: EventMeta,
-    pub(crate) messages: Vec<Msg>,
+    pub(crate) messages: Messages,
     pub(crate) options: GenerateOptions,
     pub(crate) tool_names: Arc<[String]>,
     pub(crate) iteration: u32,
@@ -187,14 +214,14 @@ pub struct PreReasoningEvent {
 
 impl PreReasoningEvent {
     /// Exactly the messages the model will receive: the system message first (if any),
-    /// then the conversation.
-    pub fn messages(&self) -> &[Msg] {
+    /// then the conversation (shared with memory, not copied).
+    pub fn messages(&self) -> &Messages {
         &self.messages
     }
 
     /// Replaces the messages for this model call only; memory is not changed.
     pub fn set_messages(&mut self, messages: Vec<Msg>) {
-        if self.meta.recording() && messages != self.messages {
+        if self.meta.recording() && self.messages != messages {
             let (b, a) = (
                 self.meta.digest(&self.messages),
                 self.meta.digest(&messages),
@@ -209,7 +236,7 @@ impl PreReasoningEvent {
                 None,
             );
         }
-        self.messages = messages;
+        self.messages = messages.into();
     }
 
     /// The effective options: the agent's defaults, then earlier hooks' changes. Never
@@ -381,6 +408,8 @@ pub struct PreActingEvent {
     pub(crate) meta: EventMeta,
     pub(crate) tool_use: ToolUse,
     pub(crate) denial: Option<Denial>,
+    /// Set when a hook changed the call (so memory is updated without comparing).
+    pub(crate) changed: bool,
 }
 
 impl PreActingEvent {
@@ -395,7 +424,7 @@ impl PreActingEvent {
     pub fn set_tool_use(&mut self, tool_use: ToolUse) {
         if self.denial.is_some() {
             tracing::warn!(
-                hook = self.meta.current_hook.as_deref(),
+                hook = self.meta.current_hook().map(|h| &*h.name),
                 tool = %self.tool_use.name,
                 "set_tool_use ignored: the tool call was already denied"
             );
@@ -419,8 +448,11 @@ impl PreActingEvent {
                 Some(&id),
             );
         }
-        self.tool_use.name = tool_use.name;
-        self.tool_use.input = tool_use.input;
+        if tool_use.name != self.tool_use.name || tool_use.input != self.tool_use.input {
+            self.changed = true;
+            self.tool_use.name = tool_use.name;
+            self.tool_use.input = tool_use.input;
+        }
     }
 
     /// Denies the call: the tool does not run and the model receives an error result
@@ -442,7 +474,7 @@ impl PreActingEvent {
             }
             self.denial = Some(Denial {
                 reason,
-                hook: self.meta.current_hook.clone(),
+                hook: self.meta.current_hook().map(|h| Arc::clone(&h.name)),
             });
         }
     }
@@ -564,7 +596,7 @@ impl PostActingEvent {
 #[derive(Debug)]
 pub struct PreSummaryEvent {
     pub(crate) meta: EventMeta,
-    pub(crate) messages: Vec<Msg>,
+    pub(crate) messages: Messages,
     pub(crate) options: GenerateOptions,
     pub(crate) max_iters: u32,
 }
@@ -572,13 +604,13 @@ pub struct PreSummaryEvent {
 impl PreSummaryEvent {
     /// The messages the summary call receives: system message, conversation, and the
     /// summarize instruction.
-    pub fn messages(&self) -> &[Msg] {
+    pub fn messages(&self) -> &Messages {
         &self.messages
     }
 
     /// Replaces the summary call's messages (not persisted).
     pub fn set_messages(&mut self, messages: Vec<Msg>) {
-        if self.meta.recording() && messages != self.messages {
+        if self.meta.recording() && self.messages != messages {
             let (b, a) = (
                 self.meta.digest(&self.messages),
                 self.meta.digest(&messages),
@@ -593,7 +625,7 @@ impl PreSummaryEvent {
                 None,
             );
         }
-        self.messages = messages;
+        self.messages = messages.into();
     }
 
     /// The effective options for the summary call.
@@ -825,12 +857,12 @@ impl HookEvent {
 
     /// The agent whose loop fired the event.
     pub fn agent(&self) -> &AgentInfo {
-        each_event!(self, e => &e.meta.agent)
+        each_event!(self, e => &e.meta.call.agent)
     }
 
     /// The run context of the call.
     pub fn context(&self) -> &RunContext {
-        each_event!(self, e => &e.meta.ctx)
+        each_event!(self, e => &e.meta.call.ctx)
     }
 
     pub(crate) fn meta_mut(&mut self) -> &mut EventMeta {

@@ -30,9 +30,10 @@
 //!
 //! # Erasure
 //! `Hook` uses a native `async fn` (return-position `impl Future + Send`), so it is not
-//! object-safe. The chain stores hooks behind a private boxed twin trait; the boxing of
-//! each hook's future happens at that single boundary, only for hooks subscribed to the
-//! event being dispatched.
+//! object-safe. The chain stores hooks behind a private twin trait that erases each
+//! hook's future at that single boundary, only for hooks subscribed to the event being
+//! dispatched: a future of up to 64 bytes is stored inline (no allocation — typical for
+//! hooks that decide without awaiting I/O), a larger one is boxed.
 
 mod chain;
 mod event;
@@ -52,8 +53,6 @@ use std::future::Future;
 use std::ops::BitOr;
 use std::sync::Arc;
 use std::time::Duration;
-
-use futures::future::BoxFuture;
 
 use crate::tool::Tool;
 
@@ -352,12 +351,17 @@ impl std::error::Error for HookError {
     }
 }
 
-/// The object-safe twin of [`Hook`]: the one place hook futures are boxed.
+/// Inline capacity for a hook's future: futures up to this size (and pointer
+/// alignment) are erased without allocating; larger ones are boxed.
+const INLINE_FUTURE: usize = 64;
+
+/// A type-erased hook future: inline when it fits, boxed otherwise.
+pub(crate) type ErasedHookFuture<'a> =
+    stackfuture::StackFuture<'a, Result<(), HookError>, INLINE_FUTURE>;
+
+/// The object-safe twin of [`Hook`]: the one place hook futures are erased.
 pub(crate) trait DynHook: Send + Sync + 'static {
-    fn on_event_boxed<'a>(
-        &'a self,
-        event: &'a mut HookEvent,
-    ) -> BoxFuture<'a, Result<(), HookError>>;
+    fn on_event_erased<'a>(&'a self, event: &'a mut HookEvent) -> ErasedHookFuture<'a>;
     fn name(&self) -> &str;
     fn priority(&self) -> i32;
     fn interest(&self) -> Interest;
@@ -369,11 +373,8 @@ pub(crate) trait DynHook: Send + Sync + 'static {
 }
 
 impl<H: Hook> DynHook for H {
-    fn on_event_boxed<'a>(
-        &'a self,
-        event: &'a mut HookEvent,
-    ) -> BoxFuture<'a, Result<(), HookError>> {
-        Box::pin(Hook::on_event(self, event))
+    fn on_event_erased<'a>(&'a self, event: &'a mut HookEvent) -> ErasedHookFuture<'a> {
+        stackfuture::StackFuture::from_or_box(Hook::on_event(self, event))
     }
     fn name(&self) -> &str {
         Hook::name(self)

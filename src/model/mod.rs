@@ -3,7 +3,7 @@
 //! A [`Model`] turns a [`ModelRequest`] (messages, the tool schemas offered, and the
 //! effective [`GenerateOptions`]) into a stream of [`ModelChunk`]s: text and thinking
 //! deltas, tool-call fragments, usage and a finish reason. The loop reassembles the
-//! chunks into one assistant [`Msg`], firing a `ReasoningChunk` (or
+//! chunks into one assistant [`Msg`](crate::Msg), firing a `ReasoningChunk` (or
 //! `SummaryChunk`) hook event per chunk for hooks that subscribed to it.
 //!
 //! Options are layered: the agent's defaults, then whatever `PreReasoning` hooks set.
@@ -11,10 +11,29 @@
 //! changes on the effective options they are shown.
 //!
 //! [`ScriptedModel`] is the offline, deterministic model used by examples and tests.
+//!
+//! Real providers are behind cargo features and are used exactly like `ScriptedModel`:
+//! `OpenAiChatModel` (feature `openai`: OpenAI and OpenAI-compatible chat completions)
+//! and `AnthropicModel` (feature `anthropic`: the Messages API). Both stream over the
+//! shared `transport` (timeouts, retries, typed errors).
 
+#[cfg(feature = "anthropic")]
+mod anthropic;
+mod messages;
+#[cfg(feature = "openai")]
+mod openai;
 mod scripted;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub mod transport;
 
+#[cfg(feature = "anthropic")]
+pub use anthropic::{AnthropicModel, AnthropicModelBuilder};
+pub use messages::Messages;
+#[cfg(feature = "openai")]
+pub use openai::{OpenAiChatModel, OpenAiChatModelBuilder};
 pub use scripted::{ScriptedModel, ScriptedTurn};
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub use transport::{HttpConfig, RetryPolicy};
 
 use std::fmt;
 use std::pin::Pin;
@@ -24,7 +43,6 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::message::Msg;
 use crate::tool::ToolSchema;
 
 /// The stream a model returns: chunks in order, ending after the last one. An error
@@ -64,8 +82,9 @@ impl<M: Model + ?Sized> Model for std::sync::Arc<M> {
 /// What one model call is asked.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ModelRequest {
-    /// The messages, system message first when the agent has a system prompt.
-    pub messages: Vec<Msg>,
+    /// The messages, system message first when the agent has a system prompt. The
+    /// conversation part is shared with memory, not copied.
+    pub messages: Messages,
     /// The tools offered, in toolkit registration order. Empty for the summary step.
     pub tools: Vec<ToolSchema>,
     /// The effective options for this call.

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use rein::*;
 use serde_json::json;
 
@@ -253,6 +254,33 @@ fn kind_logger(log: &Log, delay: Option<Duration>) -> FnHook {
     }
 }
 
+/// A store that takes `delay` (tokio clock) before each load and save, so a drop
+/// can land while the session is being loaded or saved.
+struct SlowStore {
+    inner: FileSessionStore,
+    delay: Duration,
+}
+
+impl SessionStore for SlowStore {
+    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.delay).await;
+            self.inner.load(key).await
+        })
+    }
+    fn save<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        messages: &'a [Msg],
+        expected: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.delay).await;
+            self.inner.save(key, messages, expected).await
+        })
+    }
+}
+
 /// One scenario: an agent with the plan model, the work tool and extra hooks, with or
 /// without a file store.
 struct Rig {
@@ -268,6 +296,7 @@ struct Setup {
     tool_delay: Duration,
     hooks: Vec<FaultHook>,
     hook_delay: Option<Duration>,
+    store_delay: Option<Duration>,
     file_store: bool,
 }
 
@@ -279,6 +308,7 @@ impl Setup {
             tool_delay: Duration::ZERO,
             hooks: Vec::new(),
             hook_delay: None,
+            store_delay: None,
             file_store: true,
         }
     }
@@ -294,8 +324,15 @@ impl Setup {
         for h in hooks {
             b = b.hook(h);
         }
-        if let Some(s) = store {
-            b = b.session_store(s.clone());
+        match (store, self.store_delay) {
+            (Some(s), Some(delay)) => {
+                b = b.session_store(SlowStore {
+                    inner: s.clone(),
+                    delay,
+                });
+            }
+            (Some(s), None) => b = b.session_store(s.clone()),
+            (None, _) => {}
         }
         b.build().unwrap()
     }
@@ -517,7 +554,8 @@ async fn hook_faults_follow_the_failure_policy_at_every_event_kind() {
 }
 
 /// What a call had done when it was dropped: the last event its hooks finished, or
-/// `start` (waiting for the session, loading it, or in the first hook).
+/// `start` (loading the session, or in the first hook). `after PostCall` is a drop
+/// while the session is being saved.
 fn phase(log: &Log) -> String {
     log.entries()
         .last()
@@ -535,6 +573,7 @@ async fn dropping_the_call_at_every_await_point_leaves_a_valid_saved_session() {
                 Setup::new(PlanModel::default().with_chunk_delay(Duration::from_millis(3)));
             setup.tool_delay = Duration::from_millis(5);
             setup.hook_delay = Some(Duration::from_millis(2));
+            setup.store_delay = Some(Duration::from_millis(3));
             setup.file_store = file_store;
             let rig = setup.build();
             let mut call = Box::pin(rig.go());

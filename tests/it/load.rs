@@ -73,7 +73,7 @@ impl Fault {
 }
 
 /// The fault of the call a request belongs to: the last real user message.
-fn fault_of(messages: &[Msg]) -> Fault {
+fn fault_of(messages: &rein::model::Messages) -> Fault {
     messages
         .iter()
         .rev()

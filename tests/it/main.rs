@@ -15,11 +15,29 @@ mod failure_policy;
 mod faults;
 mod fuzz_inputs;
 mod hook_chain;
+mod hooks_approval;
+mod hooks_audit;
+mod hooks_config;
+mod hooks_dynamic_options;
+mod hooks_latency;
+mod hooks_masking;
+mod hooks_self_correction;
+mod hooks_tool_guard;
 mod load;
 mod loop_control;
 mod messages;
 mod mutators;
 mod observability;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod providers_agent;
+#[cfg(feature = "anthropic")]
+mod providers_anthropic;
+#[cfg(feature = "openai")]
+mod providers_openai;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod providers_support;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod providers_transport;
 mod sessions;
 mod streaming;
 mod subagent_properties;

@@ -129,7 +129,7 @@ async fn scripted_model_records_requests_and_errors_when_the_script_runs_out() {
     let model = ScriptedModel::new([ScriptedTurn::text("only")]);
     let clone = model.clone();
     let req = ModelRequest {
-        messages: vec![Msg::user("q")],
+        messages: vec![Msg::user("q")].into(),
         ..Default::default()
     };
     let _: Vec<_> = clone.stream(req.clone()).collect().await;
@@ -139,7 +139,7 @@ async fn scripted_model_records_requests_and_errors_when_the_script_runs_out() {
     assert!(err.message().contains("no turn 2"), "{err}");
     assert!(err.message().contains("1 turn"), "{err}");
     assert_eq!(model.requests().len(), 2, "clones share the record");
-    assert_eq!(model.requests()[0].messages[0].text(), "q");
+    assert_eq!(model.requests()[0].messages.first().unwrap().text(), "q");
 }
 
 #[tokio::test]

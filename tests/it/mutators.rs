@@ -56,10 +56,10 @@ async fn pre_call_system_prompt_change_applies_to_every_model_request_of_the_cal
     agent.call(Msg::user("second")).await.unwrap();
     let reqs = model.requests();
     for r in &reqs[..2] {
-        assert_eq!(r.messages[0].role, Role::System);
-        assert_eq!(r.messages[0].text(), "special prompt");
+        assert_eq!(r.messages.first().unwrap().role, Role::System);
+        assert_eq!(r.messages.first().unwrap().text(), "special prompt");
     }
-    assert_eq!(reqs[2].messages[0].text(), "base prompt");
+    assert_eq!(reqs[2].messages.first().unwrap().text(), "base prompt");
     let stored = agent.messages(&key("default")).await;
     assert!(stored.iter().all(|m| m.role != Role::System));
 }

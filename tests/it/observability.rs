@@ -1,5 +1,6 @@
 //! GenAI spans, the decision trail and metrics.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -47,14 +48,10 @@ impl Visit for Fields<'_> {
     }
 }
 
-impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+impl Capture {
+    fn new_span(&self, attrs: &Attributes<'_>, id: &Id, parent: Option<u64>) {
         let mut fields = HashMap::new();
         attrs.record(&mut Fields(&mut fields));
-        let parent = ctx
-            .span(id)
-            .and_then(|s| s.parent())
-            .map(|p| p.id().into_u64());
         self.spans.lock().unwrap().push(SpanRec {
             id: id.into_u64(),
             name: attrs.metadata().name().to_string(),
@@ -62,26 +59,90 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
             fields,
         });
     }
-    fn on_record(&self, id: &Id, values: &Record<'_>, _ctx: Context<'_, S>) {
+    fn record(&self, id: &Id, values: &Record<'_>) {
         let mut spans = self.spans.lock().unwrap();
         if let Some(s) = spans.iter_mut().rev().find(|s| s.id == id.into_u64()) {
             values.record(&mut Fields(&mut s.fields));
         }
     }
-    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+    fn event(&self, event: &Event<'_>, span: Option<u64>) {
         let mut fields = HashMap::new();
         event.record(&mut Fields(&mut fields));
         self.events.lock().unwrap().push(EventRec {
             target: event.metadata().target().to_string(),
-            span: ctx.event_span(event).map(|s| s.id().into_u64()),
+            span,
             fields,
         });
     }
 }
 
+thread_local! {
+    /// The capture of the test running on this thread, if any.
+    static ACTIVE: RefCell<Option<Capture>> = const { RefCell::new(None) };
+}
+
+fn active() -> Option<Capture> {
+    ACTIVE.with(|a| a.borrow().clone())
+}
+
+/// One process-wide subscriber that routes to the capture of the current thread.
+///
+/// Thread-local default subscribers race on tracing's global callsite-interest cache
+/// when tests run in parallel; a single global subscriber whose callsites are always
+/// "sometimes" interesting, filtering per thread, does not.
+struct Router;
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Router {
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+    fn enabled(&self, _: &tracing::Metadata<'_>, _: Context<'_, S>) -> bool {
+        ACTIVE.with(|a| a.borrow().is_some())
+    }
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        if let Some(c) = active() {
+            let parent = ctx
+                .span(id)
+                .and_then(|s| s.parent())
+                .map(|p| p.id().into_u64());
+            c.new_span(attrs, id, parent);
+        }
+    }
+    fn on_record(&self, id: &Id, values: &Record<'_>, _ctx: Context<'_, S>) {
+        if let Some(c) = active() {
+            c.record(id, values);
+        }
+    }
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        if let Some(c) = active() {
+            c.event(event, ctx.event_span(event).map(|s| s.id().into_u64()));
+        }
+    }
+}
+
+/// Clears this thread's capture when dropped.
+struct Installed;
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        ACTIVE.with(|a| *a.borrow_mut() = None);
+    }
+}
+
 impl Capture {
-    fn install(&self) -> tracing::subscriber::DefaultGuard {
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(self.clone()))
+    fn install(&self) -> Installed {
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(
+                tracing_subscriber::registry().with(Router),
+            );
+        });
+        ACTIVE.with(|a| *a.borrow_mut() = Some(self.clone()));
+        tracing::callsite::rebuild_interest_cache();
+        Installed
     }
     fn spans(&self) -> Vec<SpanRec> {
         self.spans.lock().unwrap().clone()

@@ -214,6 +214,81 @@ pub fn results_in_request(model: &ScriptedModel, n: usize) -> Vec<(String, bool,
         .collect()
 }
 
+/// `submitRefund(amount, order_id?, channel?, ...)`: logs `"refund:{args}"` (the JSON
+/// it received) and returns a ticket. `amount` may be a number or a numeric string.
+pub fn refund_tool(log: &Log) -> FunctionTool {
+    let log = log.clone();
+    FunctionTool::new(
+        "submitRefund",
+        "Files a refund request for human review.",
+        json!({
+            "type": "object",
+            "properties": {
+                "amount": {"type": ["number", "string"]},
+                "order_id": {"type": "string"}
+            },
+            "required": ["amount"]
+        }),
+        move |args| {
+            let log = log.clone();
+            async move {
+                log.push(format!("refund:{args}"));
+                Ok("refund request R-1 filed for review".to_string())
+            }
+        },
+    )
+}
+
+/// `queryOrder(order_id)`: logs `"query:{order_id}"`; the result holds a phone number.
+pub fn query_tool(log: &Log) -> FunctionTool {
+    let log = log.clone();
+    FunctionTool::new(
+        "queryOrder",
+        "Looks an order up.",
+        json!({"type": "object", "properties": {"order_id": {"type": "string"}}}),
+        move |args| {
+            let log = log.clone();
+            async move {
+                let id = args["order_id"].as_str().unwrap_or("?").to_owned();
+                log.push(format!("query:{id}"));
+                Ok(format!("order {id}: shipped; contact 13800138000"))
+            }
+        },
+    )
+}
+
+/// `slow(ms)`: sleeps `ms` milliseconds on the tokio clock.
+pub fn slow_tool() -> FunctionTool {
+    FunctionTool::new(
+        "slow",
+        "Sleeps.",
+        json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]}),
+        |args| async move {
+            let ms = args["ms"].as_u64().unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok(format!("slept {ms}"))
+        },
+    )
+}
+
+/// The last message of a stored conversation.
+pub async fn last_stored(agent: &Agent, session: &str) -> Msg {
+    agent.messages(&key(session)).await.last().cloned().unwrap()
+}
+
+/// A model that calls `tool` with `args` once, then answers `text`.
+pub fn tool_then_text(tool: &str, args: Value, text: &str) -> ScriptedModel {
+    ScriptedModel::new([
+        ScriptedTurn::tool_call(tool, args),
+        ScriptedTurn::text(text),
+    ])
+}
+
+/// [`builder`] with these tools.
+pub fn builder_with_tools(model: &ScriptedModel, tools: Vec<FunctionTool>) -> AgentBuilder {
+    builder(model).toolkit(toolkit_with(tools))
+}
+
 /// A fresh directory under the system temp dir, removed on drop.
 pub struct TempDir(std::path::PathBuf);
 

@@ -1,0 +1,128 @@
+//! rein benchmarks (divan: time and allocations per iteration).
+//!
+//! Run all: `cargo bench --bench rein`; one group: `cargo bench --bench rein -- w1`.
+//! The fake model answers instantly and is defined here (not `ScriptedModel`, whose
+//! request recording would be measured too). Compare rows of one run with each other:
+//! absolute times vary with the machine's load.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use divan::{AllocProfiler, Bencher, black_box};
+
+#[global_allocator]
+static ALLOC: AllocProfiler = AllocProfiler::system();
+
+fn main() {
+    divan::main();
+}
+
+#[path = "support/mod.rs"]
+mod support;
+
+use support::*;
+
+/// Hook dispatch for one event (the loop's `PreActing` step), by number of hooks.
+mod dispatch {
+    use super::*;
+    use futures::FutureExt;
+    use rein::bench_support::DispatchProbe;
+    use rein::{EventKind, Interest, ToolUse};
+
+    const N: &[usize] = &[0, 1, 10, 32];
+
+    fn probe(n: usize, interest: Interest, intervene: bool) -> DispatchProbe {
+        DispatchProbe::new((0..n).map(|_| Noop {
+            interest,
+            intervene,
+        }))
+        .unwrap()
+    }
+
+    fn run(bencher: Bencher, probe: DispatchProbe) {
+        let tool_use = ToolUse::new("call_1", "add", serde_json::json!({"a": 1, "b": 2}));
+        bencher.bench_local(|| {
+            let out = probe
+                .pre_acting(black_box(&tool_use).clone())
+                .now_or_never();
+            black_box(out)
+        });
+    }
+
+    /// Hooks exist but none subscribed to the event: one branch, no event built.
+    #[divan::bench(args = N)]
+    fn unsubscribed(bencher: Bencher, n: usize) {
+        let p = probe(n, Interest::only(EventKind::Error), false);
+        bencher.bench_local(|| black_box(&p).wants(black_box(EventKind::PreActing)));
+    }
+
+    /// The full step (clone of the input included) with no subscriber.
+    #[divan::bench(args = N)]
+    fn unsubscribed_step(bencher: Bencher, n: usize) {
+        run(bencher, probe(n, Interest::only(EventKind::Error), false));
+    }
+
+    #[divan::bench(args = N)]
+    fn observing(bencher: Bencher, n: usize) {
+        run(bencher, probe(n, Interest::ALL, false));
+    }
+
+    #[divan::bench(args = N)]
+    fn intervening(bencher: Bencher, n: usize) {
+        run(bencher, probe(n, Interest::ALL, true));
+    }
+}
+
+/// W1: one call = tool-call turn → tool → final text turn, fresh session each call.
+mod w1 {
+    use super::*;
+
+    #[divan::bench]
+    fn no_hooks(bencher: Bencher) {
+        let rt = runtime();
+        let agent = w1_agent(0);
+        bencher.bench_local(|| rt.block_on(w1_call(&agent)));
+    }
+
+    #[divan::bench]
+    fn noop_hooks_10_every_event(bencher: Bencher) {
+        let rt = runtime();
+        let agent = w1_agent(10);
+        bencher.bench_local(|| rt.block_on(w1_call(&agent)));
+    }
+}
+
+/// A W1 call on a session that already holds N messages.
+mod history {
+    use super::*;
+
+    #[divan::bench(args = [0, 100, 1000])]
+    fn call_on_session_with(bencher: Bencher, prior: usize) {
+        let rt = runtime();
+        let agent = w1_agent(0);
+        let history = history_of(prior);
+        bencher
+            .with_inputs(|| {
+                let key = rein::SessionKey::new(None, "h");
+                agent.forget_session(&key);
+                rt.block_on(agent.set_messages(&key, history.clone()))
+                    .unwrap();
+            })
+            .bench_local_values(|()| rt.block_on(history_call(&agent)));
+    }
+}
+
+/// W2: 1,000 concurrent W1 calls.
+mod w2 {
+    use super::*;
+
+    #[divan::bench(sample_count = 10, sample_size = 1)]
+    fn thousand_agents(bencher: Bencher) {
+        let rt = multi_thread_runtime();
+        bencher.bench_local(|| rt.block_on(w2_agents(1000)));
+    }
+
+    #[divan::bench(sample_count = 10, sample_size = 1)]
+    fn one_agent_thousand_sessions(bencher: Bencher) {
+        let rt = multi_thread_runtime();
+        bencher.bench_local(|| rt.block_on(w2_sessions(1000)));
+    }
+}

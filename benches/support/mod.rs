@@ -1,0 +1,199 @@
+//! Shared by the benches and the `bench_report` example: the instant fake model, the
+//! W1/W2 workloads and no-op hooks.
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rein::*;
+use serde_json::json;
+
+/// Answers instantly: a call to `add {"a":1,"b":2}`, or after a tool result the text
+/// "1 + 2 = 3".
+pub struct InstantModel;
+
+impl Model for InstantModel {
+    fn name(&self) -> &str {
+        "instant"
+    }
+    fn stream(&self, request: ModelRequest) -> ModelStream {
+        let after_tool = request
+            .messages
+            .last()
+            .is_some_and(|m| m.role == Role::Tool);
+        let chunks = if after_tool {
+            vec![
+                Ok(ModelChunk::Text("1 + 2 = 3".to_owned())),
+                Ok(ModelChunk::Finish(FinishReason::Stop)),
+            ]
+        } else {
+            vec![
+                Ok(ModelChunk::ToolCall {
+                    index: 0,
+                    id: Some("call_1".to_owned()),
+                    name: Some("add".to_owned()),
+                    arguments: r#"{"a":1,"b":2}"#.to_owned(),
+                }),
+                Ok(ModelChunk::Finish(FinishReason::ToolCalls)),
+            ]
+        };
+        Box::pin(futures::stream::iter(chunks))
+    }
+}
+
+pub fn add_tool() -> FunctionTool {
+    FunctionTool::new(
+        "add",
+        "Add two integers",
+        json!({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"]}),
+        |args| async move {
+            let a = args["a"].as_i64().unwrap_or(0);
+            let b = args["b"].as_i64().unwrap_or(0);
+            Ok((a + b).to_string())
+        },
+    )
+}
+
+pub static HOOK_HITS: AtomicU64 = AtomicU64::new(0);
+
+/// A hook that does nothing (observing) or rewrites the tool input to itself plus a
+/// field (intervening).
+pub struct Noop {
+    pub interest: Interest,
+    pub intervene: bool,
+}
+
+impl Hook for Noop {
+    fn interest(&self) -> Interest {
+        self.interest
+    }
+    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        HOOK_HITS.fetch_add(1, Ordering::Relaxed);
+        if self.intervene
+            && let HookEvent::PreActing(e) = event
+        {
+            let mut u = e.tool_use().clone();
+            u.input["b"] = json!(2);
+            e.set_tool_use(u);
+        }
+        Ok(())
+    }
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+pub fn multi_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+pub fn base_builder() -> AgentBuilder {
+    let mut tools = Toolkit::new();
+    tools.register(add_tool()).unwrap();
+    Agent::builder()
+        .name("calc")
+        .sys_prompt("You are a calculator.")
+        .model(InstantModel)
+        .toolkit(tools)
+        .without_global_hooks()
+}
+
+/// The W1 agent with `hooks` no-op hooks subscribed to every event.
+pub fn w1_agent(hooks: usize) -> Agent {
+    let mut b = base_builder();
+    for _ in 0..hooks {
+        b = b.hook(Noop {
+            interest: Interest::ALL,
+            intervene: false,
+        });
+    }
+    b.build().unwrap()
+}
+
+/// One W1 call on a fresh session (forgotten afterwards, as a stateless call would be).
+pub async fn w1_call(agent: &Agent) -> Msg {
+    let ctx = RunContext::new().with_session_id("w1");
+    let reply = agent
+        .call_with(vec![Msg::user("What is 1 + 2?")], ctx)
+        .await
+        .unwrap();
+    agent.forget_session(&SessionKey::new(None, "w1"));
+    reply
+}
+
+/// `n` prior messages: user/assistant text pairs.
+pub fn history_of(n: usize) -> Vec<Msg> {
+    (0..n)
+        .map(|i| {
+            if i % 2 == 0 {
+                Msg::user(format!("question number {i}, with some words in it"))
+            } else {
+                Msg::assistant(format!("answer number {i}, also with a few words"))
+            }
+        })
+        .collect()
+}
+
+/// A W1 call on session "h" (keeps the history).
+pub async fn history_call(agent: &Agent) -> Msg {
+    agent
+        .call_with(
+            vec![Msg::user("What is 1 + 2?")],
+            RunContext::new().with_session_id("h"),
+        )
+        .await
+        .unwrap()
+}
+
+/// W2 on `n` agents: one call each, all concurrent.
+pub async fn w2_agents(n: usize) -> usize {
+    let agents: Vec<Agent> = (0..n).map(|_| w1_agent(0)).collect();
+    let handles: Vec<_> = agents
+        .into_iter()
+        .map(|a| tokio::spawn(async move { w1_call(&a).await }))
+        .collect();
+    let mut ok = 0;
+    for h in handles {
+        if h.await.unwrap().text() == "1 + 2 = 3" {
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, n);
+    ok
+}
+
+/// W2 on one agent: `n` sessions, one call each, all concurrent.
+pub async fn w2_sessions(n: usize) -> usize {
+    let agent = w1_agent(0);
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let a = agent.clone();
+            tokio::spawn(async move {
+                let ctx = RunContext::new().with_session_id(format!("s{i}"));
+                a.call_with(vec![Msg::user("What is 1 + 2?")], ctx)
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for h in handles {
+        if h.await.unwrap().text() == "1 + 2 = 3" {
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, n);
+    ok
+}

@@ -1,0 +1,868 @@
+//! [`AuditHook`] and the [`AuditSink`]s it writes structured [`AuditRecord`]s to.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::Write as _;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::masker::SensitiveDataMasker;
+use super::msg_flags;
+use super::state::{RunStates, next_instance_id};
+use crate::agent::{AgentInfo, RunContext, StopReason};
+use crate::hook::{EventKind, FailurePolicy, Hook, HookError, HookEvent, Interest};
+
+/// What an [`AuditRecord`] is about. Serialized as the record's `type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum AuditKind {
+    /// A tool call that ran (`tool-call`), with its status and duration.
+    ToolCall,
+    /// A tool call a `PreActing` hook denied before it ran (`tool-denied`).
+    ToolDenied,
+    /// A hook made the model reason again (`reasoning-redone`), e.g. a self-correction.
+    ReasoningRedone,
+    /// The reply of a successful call (`final-answer`).
+    FinalAnswer,
+    /// A failed call (`error`).
+    Error,
+}
+
+impl AuditKind {
+    /// The serialized name, e.g. `tool-call`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditKind::ToolCall => "tool-call",
+            AuditKind::ToolDenied => "tool-denied",
+            AuditKind::ReasoningRedone => "reasoning-redone",
+            AuditKind::FinalAnswer => "final-answer",
+            AuditKind::Error => "error",
+        }
+    }
+}
+
+/// How an audited tool call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AuditStatus {
+    /// The tool returned a result.
+    Ok,
+    /// The tool failed (invalid arguments, tool error, panic, timeout).
+    Error,
+    /// A hook denied the call; the tool did not run.
+    Denied,
+}
+
+/// One audit record: who, in which call, did what. Serialized as one JSON object;
+/// fields that do not apply to the record's kind are omitted.
+///
+/// Personal data is masked per [`AuditConfig`]: `args` with `mask_args`, `answer`
+/// with `mask_answer`; `reason` and `error` always.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct AuditRecord {
+    /// The record kind (serialized as `type`).
+    #[serde(rename = "type")]
+    pub kind: AuditKind,
+    /// Milliseconds since the Unix epoch.
+    pub ts_ms: u64,
+    /// The agent's name.
+    pub agent: String,
+    /// The agent's id.
+    pub agent_id: String,
+    /// The delegating agent's id, for subagents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// 0 for a top-level agent.
+    pub depth: u32,
+    /// The session id.
+    pub session_id: String,
+    /// The run id of the call.
+    pub run_id: String,
+    /// The user id, if the call has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// Tool records: the tool-call id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// Tool records: the tool name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// Tool records: the arguments as JSON, as they ran (after guard rewrites).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Value>,
+    /// Tool records: how the call ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<AuditStatus>,
+    /// `tool-call`: milliseconds from the call's `PreActing` (as seen by the audit hook)
+    /// to its `PostActing`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<f64>,
+    /// `tool-call`: whether a hook (before the audit hook) asked to stop the loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_requested: Option<bool>,
+    /// `tool-denied`: the denial reason; `reasoning-redone`: the messages the redo
+    /// appended to the conversation, if any (a system-role self-correction is placed in
+    /// the requests instead, and the turn carries the `self_corrected` flag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `tool-denied`: the hook that denied the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_by: Option<String>,
+    /// `final-answer`: the reply text; `reasoning-redone`: the text of the turn that
+    /// was redone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    /// `final-answer`: why the loop ended (`final`, `reasoning_stopped`,
+    /// `acting_stopped`, `max_iterations`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    /// `error`: the error message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `error`: the error kind (e.g. `Model`, `Hook`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<String>,
+    /// `final-answer`: flags hooks set on the reply (e.g. `self_correction_exhausted`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
+}
+
+impl AuditRecord {
+    fn new(kind: AuditKind, agent: &AgentInfo, ctx: &RunContext) -> Self {
+        let ts_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        Self {
+            kind,
+            ts_ms,
+            agent: agent.name.clone(),
+            agent_id: agent.id.clone(),
+            parent_id: agent.parent_id.clone(),
+            depth: agent.depth,
+            session_id: ctx.session_id().to_owned(),
+            run_id: ctx.run_id().to_owned(),
+            user_id: ctx.user_id().map(str::to_owned),
+            tool_call_id: None,
+            tool: None,
+            args: None,
+            status: None,
+            duration_ms: None,
+            stop_requested: None,
+            reason: None,
+            denied_by: None,
+            answer: None,
+            stop_reason: None,
+            error: None,
+            error_kind: None,
+            flags: Vec::new(),
+        }
+    }
+
+    /// The record as one line of JSON (newlines and control characters escaped).
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            format!(
+                "{{\"type\":\"{}\",\"serialization_error\":{}}}",
+                self.kind.as_str(),
+                Value::String(e.to_string())
+            )
+        })
+    }
+}
+
+/// A sink failed to write or flush a record.
+#[derive(Debug, thiserror::Error)]
+#[error("audit sink failed: {message}")]
+pub struct AuditSinkError {
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl AuditSinkError {
+    /// An error with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<std::io::Error> for AuditSinkError {
+    fn from(e: std::io::Error) -> Self {
+        Self {
+            message: e.to_string(),
+            source: Some(Box::new(e)),
+        }
+    }
+}
+
+/// Where audit records go. Object-safe: the hook holds an `Arc<dyn AuditSink>`.
+///
+/// The [`AuditHook`] never calls a sink on the agent's path: records go through a
+/// bounded queue to a background task that calls [`write`](AuditSink::write) one
+/// record at a time, in order. A failed write is logged and counted in
+/// [`AuditStats::dropped`]; it never fails the call.
+pub trait AuditSink: Send + Sync + 'static {
+    /// Writes one record.
+    fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditSinkError>>;
+
+    /// Makes every record written so far durable. Default: nothing to do.
+    fn flush(&self) -> BoxFuture<'_, Result<(), AuditSinkError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Keeps records in memory, for tests and inspection. Clones share the records.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryAuditSink {
+    records: Arc<Mutex<Vec<AuditRecord>>>,
+}
+
+impl MemoryAuditSink {
+    /// An empty sink.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The records written so far, in order.
+    pub fn records(&self) -> Vec<AuditRecord> {
+        self.records
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The kinds of the records written so far, in order.
+    pub fn kinds(&self) -> Vec<AuditKind> {
+        self.records().iter().map(|r| r.kind).collect()
+    }
+
+    /// Forgets every record.
+    pub fn clear(&self) {
+        self.records
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+}
+
+impl AuditSink for MemoryAuditSink {
+    fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditSinkError>> {
+        self.records
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(record.clone());
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Emits each record as one JSON line in an `info` event on the `rein::audit` tracing
+/// target (field `record`), so a subscriber can route audit records to their own
+/// file. The default sink.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TracingAuditSink;
+
+impl AuditSink for TracingAuditSink {
+    fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditSinkError>> {
+        tracing::info!(target: "rein::audit", record = %record.to_json_line(), "audit");
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Appends one JSON object per line to a file, flushing after every record.
+///
+/// Writes are small synchronous appends made on the audit hook's background task,
+/// never on the agent's path. [`AuditHook::flush`] waits until every queued record is
+/// written and flushed: call it before an orderly shutdown.
+#[derive(Debug)]
+pub struct JsonlAuditSink {
+    path: PathBuf,
+    file: Mutex<std::io::BufWriter<std::fs::File>>,
+}
+
+impl JsonlAuditSink {
+    /// Opens `path` for appending, creating it if needed.
+    ///
+    /// # Errors
+    /// The I/O error of opening the file.
+    pub fn open(path: impl AsRef<Path>) -> std::io::Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)?;
+        Ok(Self {
+            path,
+            file: Mutex::new(std::io::BufWriter::new(file)),
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn append(&self, line: &str) -> std::io::Result<()> {
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        file.write_all(line.as_bytes())?;
+        file.write_all(b"\n")?;
+        file.flush()
+    }
+}
+
+impl AuditSink for JsonlAuditSink {
+    fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditSinkError>> {
+        let result = self.append(&record.to_json_line()).map_err(Into::into);
+        Box::pin(async move { result })
+    }
+
+    fn flush(&self) -> BoxFuture<'_, Result<(), AuditSinkError>> {
+        let result = self
+            .file
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .flush()
+            .map_err(Into::into);
+        Box::pin(async move { result })
+    }
+}
+
+/// What the hook does when the audit queue is full.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum QueueFull {
+    /// Wait for room (backpressure on the call; no record is lost). Default. A sink
+    /// that never returns therefore stalls calls once the queue is full; a call
+    /// cancelled (or a hook timeout) while waiting counts its record as dropped.
+    #[default]
+    Wait,
+    /// Drop the record and count it in [`AuditStats::dropped`].
+    Drop,
+}
+
+/// Which sink a configured audit hook writes to (when no sink is passed in
+/// [`HookServices`](super::HookServices)).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum AuditSinkConfig {
+    /// [`TracingAuditSink`] (default).
+    #[default]
+    Tracing,
+    /// [`JsonlAuditSink`] appending to `path`.
+    Jsonl {
+        /// The file to append to.
+        path: PathBuf,
+    },
+}
+
+/// Settings of [`AuditHook`] (the `audit` section of
+/// [`HooksConfig`](super::HooksConfig)). Every key is optional.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Install the hook (default `false`).
+    pub enabled: bool,
+    /// Mask personal data in tool arguments (default `true`).
+    pub mask_args: bool,
+    /// Mask personal data in final answers and redone turns (default `true`).
+    pub mask_answer: bool,
+    /// Capacity of the queue between the hook and the sink (default 1024). `0`
+    /// writes to the sink directly on the agent's path instead.
+    pub queue_capacity: usize,
+    /// What happens when the queue is full (default `wait`).
+    pub on_full: QueueFull,
+    /// The sink to build (default `{ "type": "tracing" }`).
+    pub sink: AuditSinkConfig,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            mask_args: true,
+            mask_answer: true,
+            queue_capacity: 1024,
+            on_full: QueueFull::Wait,
+            sink: AuditSinkConfig::Tracing,
+        }
+    }
+}
+
+/// Delivery counters of an [`AuditHook`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AuditStats {
+    /// Records the sink accepted.
+    pub written: u64,
+    /// Records lost: the sink failed (or panicked), or the queue was full with
+    /// `on_full = drop`. Every loss is also logged at `error` level.
+    pub dropped: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    written: AtomicU64,
+    dropped: AtomicU64,
+}
+
+impl Counters {
+    fn dropped(&self, why: &str, kind: AuditKind) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(target: "rein::audit", kind = kind.as_str(), reason = why, "audit record dropped");
+        #[cfg(feature = "metrics")]
+        metrics::counter!("rein.audit.dropped").increment(1);
+    }
+
+    fn written(&self) {
+        self.written.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!("rein.audit.written").increment(1);
+    }
+}
+
+enum Command {
+    Record(Box<AuditRecord>),
+    Flush(oneshot::Sender<Result<(), AuditSinkError>>),
+}
+
+/// Writes one record, turning a failure or a panic into a counted drop.
+async fn deliver(sink: &dyn AuditSink, record: &AuditRecord, counters: &Counters) {
+    match AssertUnwindSafe(async { sink.write(record).await })
+        .catch_unwind()
+        .await
+    {
+        Ok(Ok(())) => counters.written(),
+        Ok(Err(e)) => counters.dropped(&e.to_string(), record.kind),
+        Err(panic) => counters.dropped(
+            &format!("sink panicked: {}", crate::util::panic_message(&*panic)),
+            record.kind,
+        ),
+    }
+}
+
+async fn flush_sink(sink: &dyn AuditSink) -> Result<(), AuditSinkError> {
+    AssertUnwindSafe(async { sink.flush().await })
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| {
+            Err(AuditSinkError::new(format!(
+                "sink panicked while flushing: {}",
+                crate::util::panic_message(&*panic)
+            )))
+        })
+}
+
+async fn worker(
+    mut rx: mpsc::Receiver<Command>,
+    sink: Arc<dyn AuditSink>,
+    counters: Arc<Counters>,
+) {
+    while let Some(cmd) = rx.recv().await {
+        match cmd {
+            Command::Record(r) => deliver(&*sink, &r, &counters).await,
+            Command::Flush(done) => {
+                let _ = done.send(flush_sink(&*sink).await);
+            }
+        }
+    }
+}
+
+/// Counts a record as dropped unless disarmed (the submission completed).
+struct Pending<'a> {
+    counters: &'a Counters,
+    kind: AuditKind,
+    armed: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.counters.dropped(
+                "submission cancelled before the record was queued",
+                self.kind,
+            );
+        }
+    }
+}
+
+/// The bounded queue and its background writer.
+struct Pipeline {
+    sink: Arc<dyn AuditSink>,
+    capacity: usize,
+    on_full: QueueFull,
+    tx: Mutex<Option<mpsc::Sender<Command>>>,
+    counters: Arc<Counters>,
+}
+
+impl Pipeline {
+    /// The queue's sender, spawning the writer on the current tokio runtime when there
+    /// is none (or the previous one's runtime is gone). `None` outside a runtime.
+    fn sender(&self) -> Option<mpsc::Sender<Command>> {
+        let mut tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = tx.as_ref().filter(|s| !s.is_closed()) {
+            return Some(s.clone());
+        }
+        let handle = tokio::runtime::Handle::try_current().ok()?;
+        let (s, rx) = mpsc::channel(self.capacity.max(1));
+        handle.spawn(worker(
+            rx,
+            Arc::clone(&self.sink),
+            Arc::clone(&self.counters),
+        ));
+        *tx = Some(s.clone());
+        Some(s)
+    }
+
+    async fn submit(&self, record: AuditRecord) {
+        let kind = record.kind;
+        // If this future is dropped before the record is handed over (an agent-wide
+        // hook timeout while the queue is full, a cancelled call), the loss is counted.
+        let mut pending = Pending {
+            counters: &self.counters,
+            kind,
+            armed: true,
+        };
+        self.hand_over(record).await;
+        pending.armed = false;
+    }
+
+    async fn hand_over(&self, record: AuditRecord) {
+        let kind = record.kind;
+        if self.capacity == 0 {
+            return deliver(&*self.sink, &record, &self.counters).await;
+        }
+        let mut cmd = Command::Record(Box::new(record));
+        // A closed queue (its runtime shut down) is replaced once.
+        for _ in 0..2 {
+            let Some(tx) = self.sender() else {
+                // Not on a tokio runtime: write directly.
+                if let Command::Record(r) = cmd {
+                    deliver(&*self.sink, &r, &self.counters).await;
+                }
+                return;
+            };
+            let sent = match self.on_full {
+                QueueFull::Wait => tx.send(cmd).await.map_err(|e| e.0),
+                QueueFull::Drop => match tx.try_send(cmd) {
+                    Ok(()) => Ok(()),
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        return self.counters.dropped("audit queue full", kind);
+                    }
+                    Err(mpsc::error::TrySendError::Closed(c)) => Err(c),
+                },
+            };
+            match sent {
+                Ok(()) => return,
+                Err(back) => cmd = back,
+            }
+        }
+        self.counters.dropped("audit queue closed", kind);
+    }
+
+    async fn flush(&self) -> Result<(), AuditSinkError> {
+        let tx = self
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(tx) = tx.filter(|t| !t.is_closed()) {
+            let (done, wait) = oneshot::channel();
+            if tx.send(Command::Flush(done)).await.is_ok() {
+                return wait.await.unwrap_or_else(|_| {
+                    Err(AuditSinkError::new(
+                        "the audit writer stopped before flushing",
+                    ))
+                });
+            }
+        }
+        flush_sink(&*self.sink).await
+    }
+}
+
+/// Per-call audit state: when each tool call started and why denied calls were denied.
+#[derive(Default)]
+struct AuditRun {
+    started: HashMap<String, Instant>,
+    denials: HashMap<String, (String, Option<String>)>,
+}
+
+/// Writes an [`AuditRecord`] for every executed tool call, every denied (blocked) tool
+/// call, every redone reasoning turn, every final answer and every failed call.
+/// Priority **850** (after the governance hooks, before [`MaskingHook`](super::MaskingHook),
+/// so it sees the raw reply and masks it itself); off by default in
+/// [`HooksConfig`](super::HooksConfig).
+///
+/// Records carry the agent (name, id, parent, depth), the session, run and user ids,
+/// and per kind: tool-call id, tool, arguments as JSON, status and duration; denial
+/// reason and denying hook; the answer, stop reason and flags (such as
+/// `self_correction_exhausted`); the error message and kind. Arguments are masked with
+/// `mask_args`, answers with `mask_answer`, reasons and errors always.
+///
+/// Records are handed to a bounded queue (`queue_capacity`) drained by a background
+/// task on the current tokio runtime, so a slow sink never blocks a call (with
+/// `on_full = wait` a full queue applies backpressure instead of losing records). A
+/// sink failure is logged and counted ([`AuditHook::stats`]); call
+/// [`AuditHook::flush`] before shutting down so nothing queued is lost. The hook never
+/// fails a call (failure policy [`Ignore`](FailurePolicy::Ignore)).
+pub struct AuditHook {
+    id: u64,
+    config: AuditConfig,
+    masker: SensitiveDataMasker,
+    pipeline: Pipeline,
+}
+
+impl fmt::Debug for AuditHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AuditHook")
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AuditHook {
+    /// A hook writing to `sink`, masking with `masker`. `config.sink` is ignored (it
+    /// only says which sink [`HooksConfig`](super::HooksConfig) builds).
+    pub fn new(config: AuditConfig, masker: SensitiveDataMasker, sink: Arc<dyn AuditSink>) -> Self {
+        Self {
+            id: next_instance_id(),
+            pipeline: Pipeline {
+                sink,
+                capacity: config.queue_capacity,
+                on_full: config.on_full,
+                tx: Mutex::new(None),
+                counters: Arc::new(Counters::default()),
+            },
+            config,
+            masker,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &AuditConfig {
+        &self.config
+    }
+
+    /// Records written and dropped so far.
+    pub fn stats(&self) -> AuditStats {
+        let c = &self.pipeline.counters;
+        AuditStats {
+            written: c.written.load(Ordering::Relaxed),
+            dropped: c.dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Waits until every record queued so far has been handed to the sink, then
+    /// flushes the sink.
+    ///
+    /// # Errors
+    /// The sink's flush error.
+    pub async fn flush(&self) -> Result<(), AuditSinkError> {
+        self.pipeline.flush().await
+    }
+
+    fn mask_text(&self, text: &str) -> String {
+        self.masker.mask(text).into_owned()
+    }
+
+    fn args(&self, input: &Value) -> Value {
+        if self.config.mask_args {
+            mask_json(&self.masker, input)
+        } else {
+            input.clone()
+        }
+    }
+
+    fn answer(&self, text: &str) -> String {
+        if self.config.mask_answer {
+            self.mask_text(text)
+        } else {
+            text.to_owned()
+        }
+    }
+
+    /// Builds the record for an event, updating the per-call state.
+    fn record_for(&self, event: &HookEvent) -> Option<AuditRecord> {
+        let ctx = event.context();
+        let agent = event.agent();
+        let now = Instant::now();
+        match event {
+            HookEvent::PreCall(_) => {
+                drop(RunStates::reset(
+                    ctx,
+                    self.id,
+                    &agent.id,
+                    AuditRun::default(),
+                ));
+                None
+            }
+            HookEvent::PreActing(e) => {
+                let id = e.tool_use().id.clone();
+                let denial = e
+                    .denial_reason()
+                    .map(|r| (r.to_owned(), e.denied_by().map(str::to_owned)));
+                RunStates::with(ctx, self.id, &agent.id, AuditRun::default, |run| {
+                    match denial {
+                        Some(d) => run.denials.insert(id, d),
+                        None => {
+                            run.started.insert(id, now);
+                            None
+                        }
+                    };
+                });
+                None
+            }
+            HookEvent::PostActing(e) => {
+                let tu = e.tool_use();
+                let (started, denial) =
+                    RunStates::<AuditRun>::update(ctx, self.id, &agent.id, |run| {
+                        (run.started.remove(&tu.id), run.denials.remove(&tu.id))
+                    })
+                    .unwrap_or((None, None));
+                let mut r = AuditRecord::new(
+                    if e.was_denied() {
+                        AuditKind::ToolDenied
+                    } else {
+                        AuditKind::ToolCall
+                    },
+                    agent,
+                    ctx,
+                );
+                r.tool_call_id = Some(tu.id.clone());
+                r.tool = Some(tu.name.clone());
+                r.args = Some(self.args(&tu.input));
+                if e.was_denied() {
+                    r.status = Some(AuditStatus::Denied);
+                    let (reason, by) = denial.unwrap_or_else(|| (e.tool_result().text(), None));
+                    r.reason = Some(self.mask_text(&reason));
+                    r.denied_by = by;
+                } else {
+                    r.status = Some(if e.tool_result().is_error {
+                        AuditStatus::Error
+                    } else {
+                        AuditStatus::Ok
+                    });
+                    r.duration_ms = started.map(|s| (now - s).as_secs_f64() * 1000.0);
+                    r.stop_requested = Some(e.is_stop_requested());
+                }
+                Some(r)
+            }
+            HookEvent::PostReasoning(e) => {
+                let correction = e.goto_requested()?;
+                let mut r = AuditRecord::new(AuditKind::ReasoningRedone, agent, ctx);
+                let hint: Vec<String> = correction.iter().map(|m| m.text()).collect();
+                if !hint.is_empty() {
+                    r.reason = Some(self.mask_text(&hint.join("\n")));
+                }
+                r.answer = Some(self.answer(&e.message().text()));
+                r.flags = msg_flags(e.message());
+                Some(r)
+            }
+            HookEvent::PostCall(e) => {
+                drop(RunStates::<AuditRun>::take(ctx, self.id, &agent.id));
+                let mut r = AuditRecord::new(AuditKind::FinalAnswer, agent, ctx);
+                r.answer = Some(self.answer(&e.final_message().text()));
+                r.stop_reason = Some(stop_reason(e.reason()).to_owned());
+                r.flags = msg_flags(e.final_message());
+                Some(r)
+            }
+            HookEvent::Error(e) => {
+                drop(RunStates::<AuditRun>::take(ctx, self.id, &agent.id));
+                let mut r = AuditRecord::new(AuditKind::Error, agent, ctx);
+                r.error = Some(self.mask_text(&e.error().to_string()));
+                r.error_kind = Some(format!("{:?}", e.error().kind()));
+                Some(r)
+            }
+            _ => None,
+        }
+    }
+}
+
+fn stop_reason(reason: StopReason) -> &'static str {
+    match reason {
+        StopReason::Final => "final",
+        StopReason::ReasoningStopped => "reasoning_stopped",
+        StopReason::ActingStopped => "acting_stopped",
+        StopReason::MaxIterations => "max_iterations",
+    }
+}
+
+/// `value` with every string (and every number whose digits are sensitive) masked.
+/// Object keys are kept.
+pub(crate) fn mask_json(masker: &SensitiveDataMasker, value: &Value) -> Value {
+    match value {
+        Value::String(s) => Value::String(masker.mask(s).into_owned()),
+        Value::Number(n) => {
+            let text = n.to_string();
+            match masker.mask(&text) {
+                std::borrow::Cow::Owned(m) => Value::String(m),
+                std::borrow::Cow::Borrowed(_) => value.clone(),
+            }
+        }
+        Value::Array(items) => Value::Array(items.iter().map(|v| mask_json(masker, v)).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), mask_json(masker, v)))
+                .collect(),
+        ),
+        Value::Null | Value::Bool(_) => value.clone(),
+    }
+}
+
+impl Hook for AuditHook {
+    fn name(&self) -> &str {
+        "AuditHook"
+    }
+
+    fn priority(&self) -> i32 {
+        850
+    }
+
+    fn interest(&self) -> Interest {
+        if !self.config.enabled {
+            return Interest::NONE;
+        }
+        Interest::of([
+            EventKind::PreCall,
+            EventKind::PostReasoning,
+            EventKind::PreActing,
+            EventKind::PostActing,
+            EventKind::PostCall,
+            EventKind::Error,
+        ])
+    }
+
+    fn failure_policy(&self) -> FailurePolicy {
+        FailurePolicy::Ignore
+    }
+
+    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        if let Some(record) = self.record_for(event) {
+            self.pipeline.submit(record).await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,293 @@
+//! [`HooksConfig`]: one serde tree for every built-in hook, and [`Hooks`], the set it
+//! builds and installs.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::approval::{ApprovalConfig, ApprovalHook, Approver};
+use super::audit::{
+    AuditConfig, AuditHook, AuditSink, AuditSinkConfig, JsonlAuditSink, TracingAuditSink,
+};
+use super::dynamic_options::{DynamicOptionsConfig, DynamicOptionsHook};
+use super::latency::{LatencyConfig, LatencyHook};
+use super::masker::{MaskerConfig, MaskerError};
+use super::masking::{MaskingConfig, MaskingHook};
+use super::self_correction::{SelfCorrectionConfig, SelfCorrectionHook};
+use super::tool_guard::{ToolGuardConfig, ToolGuardHook};
+use crate::agent::AgentBuilder;
+use crate::error::BuildError;
+
+/// Configuration of every built-in hook, deserializable with serde from any format
+/// (JSON, TOML, YAML). Every section and key is optional; a missing key takes its
+/// default, an unknown key is an error.
+///
+/// Defaults (the reference's): latency **on**; masking, audit, self-correction, tool
+/// guard, dynamic options and approval **off**; `audit.mask_args = true`,
+/// `self_correction.max_corrections = 1`, `masker.replacement = "***"`,
+/// `dynamic_options.precise_temperature = 0.1`,
+/// `dynamic_options.precise_reasoning_effort = "high"`.
+///
+/// ```
+/// use rein::hooks::HooksConfig;
+///
+/// let config: HooksConfig = serde_json::from_str(r#"{
+///     "masking": { "enabled": true },
+///     "tool_guard": { "enabled": true, "numeric_caps": { "amount": 1000 } }
+/// }"#)?;
+/// let hooks = config.build()?;
+/// assert_eq!(hooks.names(), ["ToolGuardHook", "LatencyHook", "MaskingHook"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HooksConfig {
+    /// What counts as personal data, for masking and audit (see [`MaskerConfig`]).
+    pub masker: MaskerConfig,
+    /// [`LatencyHook`] (priority 50).
+    pub latency: LatencyConfig,
+    /// [`MaskingHook`] (priority 900).
+    pub masking: MaskingConfig,
+    /// [`AuditHook`] (priority 850).
+    pub audit: AuditConfig,
+    /// [`SelfCorrectionHook`] (priority 200).
+    pub self_correction: SelfCorrectionConfig,
+    /// [`ToolGuardHook`] (priority 20).
+    pub tool_guard: ToolGuardConfig,
+    /// [`DynamicOptionsHook`] (priority 70).
+    pub dynamic_options: DynamicOptionsConfig,
+    /// [`ApprovalHook`] (priority 100).
+    pub approval: ApprovalConfig,
+}
+
+/// What a configuration cannot express: the approver and a custom audit sink.
+#[derive(Clone, Default)]
+pub struct HookServices {
+    approver: Option<Arc<dyn Approver>>,
+    audit_sink: Option<Arc<dyn AuditSink>>,
+}
+
+impl std::fmt::Debug for HookServices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HookServices")
+            .field("approver", &self.approver.is_some())
+            .field("audit_sink", &self.audit_sink.is_some())
+            .finish()
+    }
+}
+
+impl HookServices {
+    /// No approver; the audit sink from the configuration.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The approver of the [`ApprovalHook`].
+    #[must_use]
+    pub fn approver(mut self, approver: impl Approver) -> Self {
+        self.approver = Some(Arc::new(approver));
+        self
+    }
+
+    /// The sink of the [`AuditHook`], instead of the configured one.
+    #[must_use]
+    pub fn audit_sink(mut self, sink: impl AuditSink) -> Self {
+        self.audit_sink = Some(Arc::new(sink));
+        self
+    }
+
+    /// The sink of the [`AuditHook`], shared.
+    #[must_use]
+    pub fn audit_sink_arc(mut self, sink: Arc<dyn AuditSink>) -> Self {
+        self.audit_sink = Some(sink);
+        self
+    }
+}
+
+/// The enabled built-in hooks, built from a [`HooksConfig`]. Cheap to clone: every
+/// hook is an `Arc`, so installing the same `Hooks` on several agents shares the
+/// instances (one latency histogram set, one audit queue).
+#[derive(Clone, Debug, Default)]
+pub struct Hooks {
+    tool_guard: Option<Arc<ToolGuardHook>>,
+    latency: Option<Arc<LatencyHook>>,
+    dynamic_options: Option<Arc<DynamicOptionsHook>>,
+    approval: Option<Arc<ApprovalHook>>,
+    self_correction: Option<Arc<SelfCorrectionHook>>,
+    audit: Option<Arc<AuditHook>>,
+    masking: Option<Arc<MaskingHook>>,
+}
+
+impl Hooks {
+    /// Adds every hook to the builder, in priority order.
+    pub fn install(&self, builder: AgentBuilder) -> AgentBuilder {
+        let mut b = builder;
+        macro_rules! add {
+            ($($field:ident),*) => {$(
+                if let Some(h) = &self.$field {
+                    b = b.hook(Arc::clone(h));
+                }
+            )*};
+        }
+        add!(
+            tool_guard,
+            latency,
+            dynamic_options,
+            approval,
+            self_correction,
+            audit,
+            masking
+        );
+        b
+    }
+
+    /// Hook names in priority order.
+    pub fn names(&self) -> Vec<&'static str> {
+        [
+            self.tool_guard.as_ref().map(|_| "ToolGuardHook"),
+            self.latency.as_ref().map(|_| "LatencyHook"),
+            self.dynamic_options.as_ref().map(|_| "DynamicOptionsHook"),
+            self.approval.as_ref().map(|_| "ApprovalHook"),
+            self.self_correction.as_ref().map(|_| "SelfCorrectionHook"),
+            self.audit.as_ref().map(|_| "AuditHook"),
+            self.masking.as_ref().map(|_| "MaskingHook"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    /// The tool guard, if enabled.
+    pub fn tool_guard(&self) -> Option<&Arc<ToolGuardHook>> {
+        self.tool_guard.as_ref()
+    }
+
+    /// The latency hook, if enabled (read its [`LatencyHook::snapshot`]).
+    pub fn latency(&self) -> Option<&Arc<LatencyHook>> {
+        self.latency.as_ref()
+    }
+
+    /// The dynamic options hook, if enabled.
+    pub fn dynamic_options(&self) -> Option<&Arc<DynamicOptionsHook>> {
+        self.dynamic_options.as_ref()
+    }
+
+    /// The approval hook, if enabled.
+    pub fn approval(&self) -> Option<&Arc<ApprovalHook>> {
+        self.approval.as_ref()
+    }
+
+    /// The self-correction hook, if enabled.
+    pub fn self_correction(&self) -> Option<&Arc<SelfCorrectionHook>> {
+        self.self_correction.as_ref()
+    }
+
+    /// The audit hook, if enabled (call [`AuditHook::flush`] before shutting down).
+    pub fn audit(&self) -> Option<&Arc<AuditHook>> {
+        self.audit.as_ref()
+    }
+
+    /// The masking hook, if enabled (wrap streams with [`MaskingHook::mask_stream`]).
+    pub fn masking(&self) -> Option<&Arc<MaskingHook>> {
+        self.masking.as_ref()
+    }
+}
+
+fn masker_key(err: &MaskerError) -> String {
+    match err {
+        MaskerError::Config { key, .. } => format!("masker.{key}"),
+        _ => "masker".to_owned(),
+    }
+}
+
+impl HooksConfig {
+    /// Builds the enabled hooks with no approver and the configured audit sink.
+    ///
+    /// # Errors
+    /// See [`HooksConfig::build_with`].
+    pub fn build(&self) -> Result<Hooks, BuildError> {
+        self.build_with(HookServices::new())
+    }
+
+    /// Builds the enabled hooks. Every section is validated, enabled or not (only the
+    /// audit file of a disabled audit section is not opened, and only an enabled
+    /// approval section needs an approver).
+    ///
+    /// # Errors
+    /// [`BuildErrorKind::InvalidConfig`](crate::BuildErrorKind::InvalidConfig), the
+    /// message naming the key: an extra masker pattern that does not compile
+    /// (`masker.extra_patterns[0].regex`), a bad pattern name or unknown disabled kind,
+    /// a negative or inconsistent numeric cap (`tool_guard.numeric_caps.amount`), a
+    /// malformed parameter address, a negative precise temperature, a zero approval
+    /// timeout, approval mode `await` without an approver (`approval.mode`), or an
+    /// audit file that cannot be opened (`audit.sink.path`).
+    pub fn build_with(&self, services: HookServices) -> Result<Hooks, BuildError> {
+        let masker = self
+            .masker
+            .build()
+            .map_err(|e| BuildError::invalid_config(&masker_key(&e), &e))?;
+        let tool_guard = ToolGuardHook::new(self.tool_guard.clone())?;
+        let dynamic_options = DynamicOptionsHook::new(self.dynamic_options.clone())?;
+        self.approval.validate()?;
+        let approval = if self.approval.enabled {
+            Some(ApprovalHook::new(
+                self.approval.clone(),
+                services.approver.clone(),
+            )?)
+        } else {
+            None
+        };
+        let audit = if self.audit.enabled {
+            let sink: Arc<dyn AuditSink> = match (&services.audit_sink, &self.audit.sink) {
+                (Some(sink), _) => Arc::clone(sink),
+                (None, AuditSinkConfig::Tracing) => Arc::new(TracingAuditSink),
+                (None, AuditSinkConfig::Jsonl { path }) => {
+                    Arc::new(JsonlAuditSink::open(path).map_err(|e| {
+                        BuildError::invalid_config(
+                            "audit.sink.path",
+                            format!("cannot open `{}`: {e}", path.display()),
+                        )
+                    })?)
+                }
+            };
+            Some(Arc::new(AuditHook::new(
+                self.audit.clone(),
+                masker.clone(),
+                sink,
+            )))
+        } else {
+            None
+        };
+        Ok(Hooks {
+            tool_guard: self.tool_guard.enabled.then(|| Arc::new(tool_guard)),
+            latency: self
+                .latency
+                .enabled
+                .then(|| Arc::new(LatencyHook::new(self.latency.clone()))),
+            dynamic_options: self
+                .dynamic_options
+                .enabled
+                .then(|| Arc::new(dynamic_options)),
+            approval: approval.map(Arc::new),
+            self_correction: self
+                .self_correction
+                .enabled
+                .then(|| Arc::new(SelfCorrectionHook::new(self.self_correction.clone()))),
+            audit,
+            masking: self
+                .masking
+                .enabled
+                .then(|| Arc::new(MaskingHook::new(self.masking.clone(), masker))),
+        })
+    }
+
+    /// Builds the enabled hooks and adds them to `builder` (no approver, configured
+    /// audit sink). Use [`HooksConfig::build_with`] and [`Hooks::install`] to keep
+    /// handles on the hooks (latency snapshots, audit flush) or to pass services.
+    ///
+    /// # Errors
+    /// See [`HooksConfig::build_with`].
+    pub fn install(&self, builder: AgentBuilder) -> Result<AgentBuilder, BuildError> {
+        Ok(self.build()?.install(builder))
+    }
+}

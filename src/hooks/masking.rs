@@ -1,0 +1,353 @@
+//! [`MaskingHook`]: masks personal data in final replies, optionally in tool results,
+//! and (through [`MaskedStream`]) in streamed text.
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+
+use super::masker::SensitiveDataMasker;
+use crate::agent::AgentEvent;
+use crate::hook::{EventKind, FailurePolicy, Hook, HookError, HookEvent, Interest};
+use crate::message::{ContentBlock, Msg, Thinking, ToolResult};
+
+/// What a mutating guard hook's failure (an error or a panic inside it) means.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum OnError {
+    /// The call fails with a hook error; nothing unguarded gets out (default).
+    #[default]
+    FailClosed,
+    /// The failure is logged and the event passes through unchanged.
+    FailOpen,
+}
+
+impl OnError {
+    pub(crate) fn policy(self) -> FailurePolicy {
+        match self {
+            OnError::FailClosed => FailurePolicy::Abort,
+            OnError::FailOpen => FailurePolicy::Ignore,
+        }
+    }
+}
+
+/// Settings of [`MaskingHook`] (the `masking` section of
+/// [`HooksConfig`](super::HooksConfig)). What counts as sensitive is the masker's
+/// business: see the `masker` section and [`MaskerConfig`](super::MaskerConfig).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MaskingConfig {
+    /// Install the hook (default `false`).
+    pub enabled: bool,
+    /// Also mask tool results before they are stored and reach the model (default
+    /// `false`: the model may need the data; the caller still gets a masked reply).
+    pub mask_tool_results: bool,
+    /// Also mask thinking blocks of the final reply (default `true`).
+    pub mask_thinking: bool,
+    /// Failure policy (default `fail_closed`: a masking failure fails the call, the
+    /// unmasked text is withheld).
+    pub on_error: OnError,
+    /// Largest carry-over (bytes) [`MaskedStream`] holds back while waiting for the end
+    /// of a token; beyond it the buffer is masked and emitted as is (default 256).
+    pub stream_carry_limit: usize,
+}
+
+impl Default for MaskingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            mask_tool_results: false,
+            mask_thinking: true,
+            on_error: OnError::FailClosed,
+            stream_carry_limit: 256,
+        }
+    }
+}
+
+/// Masks personal data on the way out. Priority **900** (after the audit hook, so the
+/// audit sees the raw reply and applies its own masking); off by default in
+/// [`HooksConfig`](super::HooksConfig).
+///
+/// - `PostCall`: the final reply's text blocks (and thinking blocks, and the results of
+///   a stopped turn's tool message) are masked with the
+///   [`SensitiveDataMasker`]; the message keeps its id, role, name, metadata and
+///   non-text blocks, in order. A reply without sensitive data is left untouched (not
+///   replaced). The stored conversation keeps the original (see
+///   [`PostCallEvent::set_final_message`](crate::PostCallEvent::set_final_message)).
+/// - `PostActing` (with `mask_tool_results`): the tool result text is masked before it
+///   is stored and sent to the model.
+/// - Streamed deltas: wrap the call's [`AgentStream`](crate::AgentStream) with
+///   [`MaskingHook::mask_stream`].
+///
+/// Tool arguments are never masked: the tools need the real order numbers and phone
+/// numbers. With the default `on_error = fail_closed`, a failure inside the hook fails
+/// the call (the caller gets an [`Error`](crate::Error) naming the hook and never the
+/// unmasked text).
+#[derive(Clone)]
+pub struct MaskingHook {
+    config: MaskingConfig,
+    masker: SensitiveDataMasker,
+}
+
+impl fmt::Debug for MaskingHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MaskingHook")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MaskingHook {
+    /// A hook with these settings and this masker.
+    pub fn new(config: MaskingConfig, masker: SensitiveDataMasker) -> Self {
+        Self { config, masker }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &MaskingConfig {
+        &self.config
+    }
+
+    /// The masker.
+    pub fn masker(&self) -> &SensitiveDataMasker {
+        &self.masker
+    }
+
+    /// Wraps a stream of a call (normally [`Agent::stream`](crate::Agent::stream)) so
+    /// text and thinking deltas are masked before they are yielded; see
+    /// [`MaskedStream`].
+    pub fn mask_stream<S>(&self, stream: S) -> MaskedStream<S>
+    where
+        S: Stream<Item = AgentEvent> + Unpin,
+    {
+        MaskedStream::new(stream, self.masker.clone(), self.config.stream_carry_limit)
+    }
+
+    /// The message with its text (and per the settings, thinking and tool-result)
+    /// content masked, or `None` when nothing needed masking.
+    pub fn mask_message(&self, msg: &Msg) -> Option<Msg> {
+        let mut changed: Vec<(usize, ContentBlock)> = Vec::new();
+        for (i, block) in msg.content.iter().enumerate() {
+            let masked = match block {
+                ContentBlock::Text(t) => match self.masker.mask(t) {
+                    Cow::Owned(m) => Some(ContentBlock::Text(m)),
+                    Cow::Borrowed(_) => None,
+                },
+                ContentBlock::Thinking(th) if self.config.mask_thinking => {
+                    match self.masker.mask(&th.text) {
+                        Cow::Owned(m) => Some(ContentBlock::Thinking(Thinking {
+                            text: m,
+                            signature: th.signature.clone(),
+                        })),
+                        Cow::Borrowed(_) => None,
+                    }
+                }
+                ContentBlock::ToolResult(r) => self.mask_result(r).map(ContentBlock::ToolResult),
+                _ => None,
+            };
+            if let Some(m) = masked {
+                changed.push((i, m));
+            }
+        }
+        if changed.is_empty() {
+            return None;
+        }
+        let mut out = msg.clone();
+        for (i, block) in changed {
+            if let Some(slot) = out.content.get_mut(i) {
+                *slot = block;
+            }
+        }
+        Some(out)
+    }
+
+    fn mask_result(&self, result: &ToolResult) -> Option<ToolResult> {
+        match self.masker.mask(&result.content) {
+            Cow::Owned(content) => Some(ToolResult {
+                content,
+                ..result.clone()
+            }),
+            Cow::Borrowed(_) => None,
+        }
+    }
+}
+
+impl Hook for MaskingHook {
+    fn name(&self) -> &str {
+        "MaskingHook"
+    }
+
+    fn priority(&self) -> i32 {
+        900
+    }
+
+    fn interest(&self) -> Interest {
+        if !self.config.enabled || !self.masker.has_rules() {
+            return Interest::NONE;
+        }
+        let base = Interest::only(EventKind::PostCall);
+        if self.config.mask_tool_results {
+            base.with(EventKind::PostActing)
+        } else {
+            base
+        }
+    }
+
+    fn failure_policy(&self) -> FailurePolicy {
+        self.config.on_error.policy()
+    }
+
+    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        match event {
+            HookEvent::PostCall(e) => {
+                if let Some(masked) = self.mask_message(e.final_message()) {
+                    tracing::info!(
+                        target: "rein::masking",
+                        agent = %e.agent().name,
+                        run_id = e.context().run_id(),
+                        "final reply masked"
+                    );
+                    e.set_final_message(masked);
+                }
+            }
+            HookEvent::PostActing(e) if self.config.mask_tool_results => {
+                if let Some(masked) = self.mask_result(e.tool_result()) {
+                    tracing::debug!(
+                        target: "rein::masking",
+                        tool = %e.tool_use().name,
+                        "tool result masked"
+                    );
+                    e.set_tool_result(masked);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// A call's event stream with text and thinking deltas masked.
+///
+/// Deltas are buffered until a hard boundary (see
+/// [`SensitiveDataMasker::stable_prefix_len`]), so a phone number split across chunks
+/// (`"1380013"` + `"8000"`) is still masked; the buffer is flushed, masked, before any
+/// other event (a tool call, a redo, the final reply) and at the end of the stream, and
+/// whenever it exceeds the carry limit. Other events pass through unchanged: the
+/// [`AgentEvent::Final`] reply is masked by the [`MaskingHook`] itself, and tool
+/// results are masked when the hook masks them.
+pub struct MaskedStream<S> {
+    inner: S,
+    masker: SensitiveDataMasker,
+    limit: usize,
+    text: String,
+    thinking: String,
+    ready: VecDeque<AgentEvent>,
+    done: bool,
+}
+
+impl<S> fmt::Debug for MaskedStream<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MaskedStream")
+            .field("carried_text", &self.text.len())
+            .field("carried_thinking", &self.thinking.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> MaskedStream<S> {
+    /// Wraps `inner`, masking with `masker` and holding back at most `carry_limit`
+    /// bytes per delta kind.
+    pub fn new(inner: S, masker: SensitiveDataMasker, carry_limit: usize) -> Self {
+        Self {
+            inner,
+            masker,
+            limit: carry_limit,
+            text: String::new(),
+            thinking: String::new(),
+            ready: VecDeque::new(),
+            done: false,
+        }
+    }
+
+    /// Appends `delta` to `buf` and returns the masked part that can be emitted now.
+    fn feed(masker: &SensitiveDataMasker, limit: usize, buf: &mut String, delta: &str) -> String {
+        buf.push_str(delta);
+        let n = if buf.len() > limit {
+            buf.len()
+        } else {
+            masker.stable_prefix_len(buf)
+        };
+        let out = masker.mask(&buf[..n]).into_owned();
+        buf.drain(..n);
+        out
+    }
+
+    /// Queues the masked remainder of the thinking buffer.
+    fn flush_thinking(&mut self) {
+        if !self.thinking.is_empty() {
+            let t = self.masker.mask(&self.thinking).into_owned();
+            self.thinking.clear();
+            self.ready.push_back(AgentEvent::ThinkingDelta(t));
+        }
+    }
+
+    /// Queues the masked remainder of the text buffer.
+    fn flush_text(&mut self) {
+        if !self.text.is_empty() {
+            let t = self.masker.mask(&self.text).into_owned();
+            self.text.clear();
+            self.ready.push_back(AgentEvent::TextDelta(t));
+        }
+    }
+}
+
+impl<S> Stream for MaskedStream<S>
+where
+    S: Stream<Item = AgentEvent> + Unpin,
+{
+    type Item = AgentEvent;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
+        let this = &mut *self;
+        loop {
+            if let Some(event) = this.ready.pop_front() {
+                return Poll::Ready(Some(event));
+            }
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match Pin::new(&mut this.inner).poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    this.done = true;
+                    this.flush_thinking();
+                    this.flush_text();
+                }
+                Poll::Ready(Some(AgentEvent::TextDelta(d))) => {
+                    this.flush_thinking();
+                    let out = Self::feed(&this.masker, this.limit, &mut this.text, &d);
+                    if !out.is_empty() {
+                        this.ready.push_back(AgentEvent::TextDelta(out));
+                    }
+                }
+                Poll::Ready(Some(AgentEvent::ThinkingDelta(d))) => {
+                    this.flush_text();
+                    let out = Self::feed(&this.masker, this.limit, &mut this.thinking, &d);
+                    if !out.is_empty() {
+                        this.ready.push_back(AgentEvent::ThinkingDelta(out));
+                    }
+                }
+                Poll::Ready(Some(other)) => {
+                    this.flush_thinking();
+                    this.flush_text();
+                    this.ready.push_back(other);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! The production hook library: what an agent needs before it talks to customers.
+//!
+//! | hook | priority | events | default |
+//! |---|---|---|---|
+//! | [`ToolGuardHook`] | 20 | `PreActing`: inject missing params, clamp numeric caps, deny `NaN` | off |
+//! | [`LatencyHook`] | 50 | e2e, reasoning, tool, TTFT, summary; p50/p95/p99 | **on** |
+//! | [`DynamicOptionsHook`] | 70 | `PreReasoning`: keyword → precise options (merged) | off |
+//! | [`ApprovalHook`] | 100 | `PreActing`: guarded tools wait for a decision *before* running | off |
+//! | [`SelfCorrectionHook`] | 200 | `PostReasoning`: payment promise → `goto_reasoning` | off |
+//! | [`AuditHook`] | 850 | tool calls, denials, redos, final answers, errors → [`AuditSink`] | off |
+//! | [`MaskingHook`] | 900 | `PostCall` (and optionally tool results, streamed deltas) | off |
+//!
+//! Configure them all with one [`HooksConfig`] (serde, any format) and install the
+//! enabled ones with [`HooksConfig::install`], or [`HooksConfig::build_with`] then
+//! [`Hooks::install`] to keep handles and pass an [`Approver`] or an [`AuditSink`]:
+//!
+//! ```
+//! use rein::*;
+//! use rein::hooks::{HooksConfig, HookServices, MemoryAuditSink};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let config: HooksConfig = serde_json::from_value(serde_json::json!({
+//!     "masking": { "enabled": true },
+//!     "audit": { "enabled": true }
+//! }))?;
+//! let sink = MemoryAuditSink::new();
+//! let hooks = config.build_with(HookServices::new().audit_sink(sink.clone()))?;
+//! let model = ScriptedModel::new([ScriptedTurn::text("好的，已登记联系电话 13800138000")]);
+//! let agent = hooks.install(Agent::builder().model(model)).build()?;
+//!
+//! let reply = agent.call(Msg::user("请登记我的电话")).await?;
+//! assert_eq!(reply.text(), "好的，已登记联系电话 ***");
+//! if let Some(audit) = hooks.audit() {
+//!     audit.flush().await?;
+//! }
+//! assert_eq!(sink.records().len(), 1); // the final answer, masked too
+//! # Ok(()) }
+//! ```
+//!
+//! # Shared rules
+//! - **Per-run state lives in the run.** Hooks that pair events keep their state in
+//!   [`RunContext::extensions`](crate::RunContext::extensions), keyed by hook instance
+//!   and agent, removed on `PostCall` and `Error`: nothing accumulates in the hooks
+//!   however calls end, and concurrent calls never share state.
+//! - **Failure policy.** Observers (latency, audit, dynamic options) never fail a call.
+//!   Guards (masking, tool guard) fail closed by default ([`OnError`]); approval denies
+//!   when in doubt.
+//! - **Disabled means inert.** A hook whose config says `enabled = false` subscribes to
+//!   no event.
+//! - **Flags.** Hooks mark messages they let through with a caveat in the message
+//!   metadata under [`FLAGS_KEY`] (an array of strings); the audit hook records them.
+//! - **No personal data in logs.** Hooks log tool names, ids and outcomes; arguments
+//!   and texts only reach the audit sink, masked.
+
+mod approval;
+mod audit;
+mod config;
+mod dynamic_options;
+mod latency;
+mod masker;
+#[cfg(test)]
+mod masker_tests;
+mod masking;
+mod phrases;
+mod self_correction;
+mod state;
+mod tool_guard;
+
+pub use approval::{
+    APPROVAL_PENDING_KEY, ApprovalConfig, ApprovalDecision, ApprovalDecisions, ApprovalHook,
+    ApprovalMode, ApprovalRequest, Approver,
+};
+pub use audit::{
+    AuditConfig, AuditHook, AuditKind, AuditRecord, AuditSink, AuditSinkConfig, AuditSinkError,
+    AuditStats, AuditStatus, JsonlAuditSink, MemoryAuditSink, QueueFull, TracingAuditSink,
+};
+pub use config::{HookServices, Hooks, HooksConfig};
+pub use dynamic_options::{DynamicOptionsConfig, DynamicOptionsHook};
+pub use latency::{
+    LatencyConfig, LatencyHook, LatencySeries, LatencySnapshot, Outcome, Segment, TtftMode,
+};
+pub use masker::{
+    DEFAULT_REPLACEMENT, MaskStyle, MaskerBuilder, MaskerConfig, MaskerError, NamedPattern,
+    SensitiveDataMasker, SensitiveKind, SensitiveMatch,
+};
+pub use masking::{MaskedStream, MaskingConfig, MaskingHook, OnError};
+pub use self_correction::{
+    CorrectionRole, FLAG_CORRECTED, FLAG_CORRECTION_EXHAUSTED, SelfCorrectionConfig,
+    SelfCorrectionHook,
+};
+pub use tool_guard::{
+    CapBounds, CapSpec, StringNumbers, ToolGuardConfig, ToolGuardHook, ToolRules,
+};
+
+use serde_json::Value;
+
+use crate::message::Msg;
+
+/// Metadata key under which hooks flag a message (a JSON array of strings), e.g.
+/// [`FLAG_CORRECTION_EXHAUSTED`].
+pub const FLAGS_KEY: &str = "rein.flags";
+
+/// Metadata key naming the hook that wrote a message (e.g. a correction), so other
+/// hooks can tell it from user input.
+pub const HOOK_KEY: &str = "rein.hook";
+
+/// The flags of a message (see [`FLAGS_KEY`]).
+pub fn msg_flags(msg: &Msg) -> Vec<String> {
+    match msg.metadata.get(FLAGS_KEY) {
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Adds `flag` to the message's flags (once).
+pub fn add_flag(msg: &mut Msg, flag: &str) {
+    let entry = msg
+        .metadata
+        .entry(FLAGS_KEY.to_owned())
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if !entry.is_array() {
+        *entry = Value::Array(Vec::new());
+    }
+    if let Value::Array(items) = entry
+        && !items.iter().any(|v| v.as_str() == Some(flag))
+    {
+        items.push(Value::String(flag.to_owned()));
+    }
+}
