@@ -8,6 +8,11 @@
 //!   it parses to the same declaration).
 //! - `tools_json`: `ToolsPolicy::parse` likewise (bounds: trimmed, non-empty,
 //!   deduplicated names; round trip through JSON).
+//! - `masker`: `SensitiveDataMasker` (default and `Partial` style) never panics; `find`
+//!   returns sorted, non-overlapping, non-empty ranges on char boundaries; `mask` replaces
+//!   exactly those ranges and borrows when there are none; and the documented streaming
+//!   property holds: with `n = stable_prefix_len(text)`,
+//!   `mask(text[..n]) + mask(text[n..] + more) == mask(text + more)`.
 //! - `session_file_names`: `FileSessionStore::path_of` keeps every key inside the store
 //!   directory, in a name with no separator and no leading dot, and distinct keys get
 //!   distinct files.
@@ -15,6 +20,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use rein::hooks::{MaskStyle, SensitiveDataMasker};
 use rein::subagent::spec::{DeclarationSpec, ToolsPolicy};
 use rein::{FileSessionStore, SessionKey};
 
@@ -201,6 +207,76 @@ pub fn session_file_names(data: &[u8]) {
             paths[0], paths[1],
             "{:?} and {:?} share a file",
             keys[0], keys[1]
+        );
+    }
+}
+
+fn maskers() -> &'static [SensitiveDataMasker] {
+    static MASKERS: OnceLock<Vec<SensitiveDataMasker>> = OnceLock::new();
+    MASKERS.get_or_init(|| {
+        let mut all = vec![SensitiveDataMasker::default()];
+        all.extend(
+            SensitiveDataMasker::builder()
+                .style(MaskStyle::Partial)
+                .build()
+                .ok(),
+        );
+        all
+    })
+}
+
+/// The input is `text`, then optionally a 0xFF byte and `more` (streamed later).
+pub fn masker(data: &[u8]) {
+    let (head, tail) = match data.iter().position(|&b| b == 0xFF) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    let text = String::from_utf8_lossy(head);
+    let more = String::from_utf8_lossy(tail);
+    for (i, m) in maskers().iter().enumerate() {
+        let found = m.find(&text);
+        let mut last = 0;
+        for f in &found {
+            assert!(
+                f.range.start >= last,
+                "masker {i}: overlapping or unsorted: {found:?}"
+            );
+            assert!(f.range.start < f.range.end, "masker {i}: empty match");
+            assert!(text.is_char_boundary(f.range.start) && text.is_char_boundary(f.range.end));
+            last = f.range.end;
+        }
+        let masked = m.mask(&text);
+        assert_eq!(
+            matches!(masked, std::borrow::Cow::Borrowed(_)),
+            found.is_empty(),
+            "masker {i}: borrows exactly when nothing matched"
+        );
+        if i == 0 {
+            let mut expected = String::new();
+            let mut at = 0;
+            for f in &found {
+                expected.push_str(&text[at..f.range.start]);
+                expected.push_str("***");
+                at = f.range.end;
+            }
+            expected.push_str(&text[at..]);
+            assert_eq!(masked, expected, "mask replaces exactly what find reports");
+        }
+        let n = m.stable_prefix_len(&text);
+        assert!(
+            n <= text.len() && text.is_char_boundary(n),
+            "stable prefix {n}"
+        );
+        let whole = format!("{text}{more}");
+        let streamed = format!(
+            "{}{}",
+            m.mask(&text[..n]),
+            m.mask(&format!("{}{more}", &text[n..]))
+        );
+        assert_eq!(
+            streamed,
+            m.mask(&whole),
+            "masker {i}: streaming split at {n} of {text:?} + {more:?}"
         );
     }
 }

@@ -14,10 +14,11 @@ mod checks;
 
 type Check = fn(&[u8]);
 
-const TARGETS: [(&str, Check); 3] = [
+const TARGETS: [(&str, Check); 4] = [
     ("markdown_declaration", checks::markdown_declaration),
     ("tools_json", checks::tools_json),
     ("session_file_names", checks::session_file_names),
+    ("masker", checks::masker),
 ];
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
@@ -227,8 +228,38 @@ fn tools_json() -> impl Strategy<Value = String> {
     })
 }
 
+/// Text made of the pieces sensitive numbers and addresses are made of, with an
+/// optional streaming split (a 0xFF byte).
+fn masker_input() -> impl Strategy<Value = Vec<u8>> {
+    let token = prop::sample::select(vec![
+        "1", "3", "8", "0", "9", "5", "X", "x", "138", "0013", "8000", "6222", "110105",
+        "19491231", "+86", "+", " ", "-", ".", "@", "_", "%", "a", "Z", "com", "mail", "\u{ff11}",
+        "\u{ff13}", "\u{ff10}", "，", "\n", "（", "é",
+    ]);
+    (
+        prop::collection::vec(token, 0..40),
+        prop::option::of(0usize..40),
+    )
+        .prop_map(|(tokens, split)| {
+            let mut out = Vec::new();
+            for (i, t) in tokens.iter().enumerate() {
+                if split == Some(i) {
+                    out.push(0xFF);
+                }
+                out.extend_from_slice(t.as_bytes());
+            }
+            out
+        })
+}
+
 #[test]
 fn structured_inputs_never_break_the_parser_properties() {
+    runner()
+        .run(&masker_input(), |bytes| {
+            checks::masker(&bytes);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("masker: {e}"));
     runner()
         .run(&markdown(), |text| {
             checks::markdown_declaration(text.as_bytes());
