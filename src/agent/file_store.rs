@@ -42,7 +42,9 @@ const CUT_STEM: usize = 100;
 /// process dies), reads the stored version, and fails with
 /// [`StoreErrorKind::Conflict`] unless it is the expected one; otherwise it writes the
 /// new content to the temporary file, `fsync`s it, renames it over `<stem>.json` and
-/// `fsync`s the directory (on Unix). A reader therefore sees the old or the new
+/// `fsync`s the directory (on Unix). A file that cannot be decoded is never overwritten:
+/// loads and saves of that session fail with [`StoreErrorKind::Corrupt`] until it is
+/// repaired or removed. A reader therefore sees the old or the new
 /// complete file, never a torn one, even if the writer is killed at any moment, and a
 /// save that returned `Ok` survives a crash of the process (and, as far as the file
 /// system honours `fsync`, of the machine). Two processes sharing the directory never
@@ -282,6 +284,45 @@ fn load_file(key: &SessionKey, path: &Path) -> Result<StoredSession, StoreError>
     Ok(StoredSession::new(file.messages, file.version))
 }
 
+/// The header of a session file (the messages are skipped, not decoded).
+#[derive(Deserialize)]
+struct Header {
+    format: String,
+    version: u64,
+    user_id: Option<String>,
+    session_id: String,
+}
+
+/// The version stored at `path` (0 when there is no file), checking the format and key.
+fn stored_version(key: &SessionKey, path: &Path) -> Result<u64, StoreError> {
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io_error(key, "read", path, e)),
+    };
+    let corrupt = |what: String| {
+        StoreError::with_kind(
+            StoreErrorKind::Corrupt,
+            key,
+            format!(
+                "{} is not a session file ({what}); it is never overwritten",
+                path.display()
+            ),
+        )
+    };
+    let header: Header = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+    if header.format != FORMAT || header.version == 0 {
+        return Err(corrupt(format!(
+            "format `{}`, version {}",
+            header.format, header.version
+        )));
+    }
+    if header.user_id != key.user_id || header.session_id != key.session_id {
+        return Err(corrupt("it holds another session".to_owned()));
+    }
+    Ok(header.version)
+}
+
 /// Lock, compare versions, write the temp file, fsync, rename, fsync the directory.
 fn save_file(
     key: &SessionKey,
@@ -300,7 +341,7 @@ fn save_file(
     // Released when `lock` is closed (or the process dies).
     lock.lock()
         .map_err(|e| io_error(key, "lock", &paths.lock, e))?;
-    let found = load_file(key, &paths.data)?.version;
+    let found = stored_version(key, &paths.data)?;
     if found != expected {
         return Err(StoreError::conflict(key, expected, found));
     }

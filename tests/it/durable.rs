@@ -228,6 +228,17 @@ async fn a_corrupt_session_file_fails_the_call_with_a_typed_store_error() {
     assert_eq!(err.kind(), ErrorKind::Store);
     assert_eq!(err.store_error().unwrap().kind(), StoreErrorKind::Corrupt);
     assert!(model.requests().is_empty(), "nothing ran");
+    // Nor is it overwritten by a save.
+    let err = store
+        .save(&key("c"), &[Msg::user("x")], 0)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Corrupt);
+    assert!(
+        std::fs::read_to_string(store.path_of(&key("c")))
+            .unwrap()
+            .ends_with("\"vers")
+    );
     // A file holding another session is not read as this one.
     std::fs::copy(store.path_of(&key("c")), store.path_of(&key("d"))).unwrap();
     store.save(&key("e"), &[Msg::user("e")], 0).await.unwrap();
