@@ -30,7 +30,9 @@ pub enum ErrorKind {
     GotoLimit,
     /// The call's input was invalid (e.g. a system-role message in the input).
     InvalidInput,
-    /// The session store failed.
+    /// The session store failed to load or save the session; see
+    /// [`Error::store_error`] (a version conflict is
+    /// [`StoreErrorKind::Conflict`](crate::StoreErrorKind::Conflict)).
     Store,
 }
 
@@ -160,6 +162,14 @@ impl Error {
     /// How the hook failed, for [`ErrorKind::Hook`].
     pub fn hook_failure(&self) -> Option<HookFailureKind> {
         self.inner.hook_failure
+    }
+
+    /// The store error, for [`ErrorKind::Store`].
+    pub fn store_error(&self) -> Option<&crate::agent::StoreError> {
+        self.inner
+            .source
+            .as_deref()
+            .and_then(|e| e.downcast_ref::<crate::agent::StoreError>())
     }
 
     /// The model error, for [`ErrorKind::Model`].

@@ -63,6 +63,8 @@
 //! - [`hooks`] is the production hook library: latency percentiles, masking, audit,
 //!   self-correction, tool guard, dynamic options and approval, configured from one
 //!   [`hooks::HooksConfig`].
+//! - A [`SessionStore`] makes conversations durable: [`FileSessionStore`] keeps one
+//!   file per session, saved atomically after every call with a version check.
 //! - Failures of a call are values: [`Error`] with an [`ErrorKind`]; building fails
 //!   with a [`BuildError`].
 //!
@@ -90,8 +92,9 @@ pub mod tool;
 mod util;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions, RunContext,
-    SessionKey, SessionStore, StopReason, StoreError,
+    Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions,
+    FileSessionStore, InMemorySessionStore, RunContext, SessionKey, SessionStore, StopReason,
+    StoreError, StoreErrorKind, StoredSession,
 };
 pub use error::{BuildError, BuildErrorKind, Error, ErrorKind, HookFailureKind};
 pub use hook::{

@@ -215,7 +215,26 @@ impl AgentBuilder {
         self
     }
 
-    /// Persists conversations in this store (default: in memory only).
+    /// Persists conversations in this store (default: none, conversations live in the
+    /// agent's memory only). Pass an `Arc` to share one store between agents.
+    ///
+    /// - **Load**: a session is loaded on the first call on it in this agent (or by
+    ///   [`Agent::messages`]); the agent then works on its cached copy.
+    /// - **Save**: after every call — completed, failed (after the `Error` event) or
+    ///   cancelled — including tool uses left pending by `stop_agent()`, so a new agent
+    ///   on the same store (e.g. after a restart) resumes where this one stopped.
+    /// - **Cancelled calls**: when a call's future is dropped, its memory guard gives
+    ///   dangling tool uses error results and hands the save to a task spawned on the
+    ///   current tokio runtime; the task waits for the session and saves unless a call
+    ///   queued on it saved first. Without a runtime, the conversation stays marked
+    ///   unsaved and the next call on the session saves it before it proceeds.
+    /// - **Errors**: a load failure fails the call with
+    ///   [`ErrorKind::Store`](crate::ErrorKind::Store) before any hook runs. A save
+    ///   failure after an otherwise successful call fails it with `ErrorKind::Store` (the
+    ///   conversation, reply included, stays in memory and is saved by the next call);
+    ///   after a failed call the original error is returned and the save error logged.
+    ///   A version conflict (another writer saved the session) is never overwritten: the
+    ///   next call reloads the stored session.
     pub fn session_store(mut self, store: impl SessionStore) -> Self {
         self.store = Some(Arc::new(store));
         self

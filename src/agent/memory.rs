@@ -4,8 +4,9 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use futures::future::BoxFuture;
 use tokio::sync::OwnedMutexGuard;
+
+use super::store::{SessionStore, StoreError, StoreErrorKind};
 
 use crate::message::{ContentBlock, Msg, Role, ToolResult, ToolUse};
 
@@ -37,48 +38,128 @@ impl fmt::Display for SessionKey {
     }
 }
 
-/// A session store failure.
-#[derive(Debug, thiserror::Error)]
-#[error("session store failed for session `{session}`: {message}")]
-pub struct StoreError {
-    session: String,
-    message: String,
-}
-
-impl StoreError {
-    /// An error for this session.
-    pub fn new(key: &SessionKey, message: impl Into<String>) -> Self {
-        Self {
-            session: key.to_string(),
-            message: message.into(),
-        }
-    }
-}
-
-/// Where conversations persist between calls (and processes).
-///
-/// Without a store, an agent keeps conversations in memory for its lifetime. With one,
-/// a session is loaded on its first call in this agent and saved after every call,
-/// successful or failed.
-pub trait SessionStore: Send + Sync + 'static {
-    /// The stored messages of a session (empty if none).
-    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<Vec<Msg>, StoreError>>;
-
-    /// Replaces the stored messages of a session.
-    fn save<'a>(
-        &'a self,
-        key: &'a SessionKey,
-        messages: &'a [Msg],
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
-}
-
 /// One conversation as held in memory.
 #[derive(Debug, Default)]
 pub(crate) struct Conversation {
     /// Shared copy-on-write: model requests hold a reference instead of a copy; a
     /// mutation copies only if a request still holds it.
     pub(crate) messages: Arc<Vec<Msg>>,
+    /// `messages` mirror the store (or there is no store). Cleared by a save conflict:
+    /// the next call reloads.
     pub(crate) loaded: bool,
+    /// The store version `messages` were loaded at or last saved as.
+    pub(crate) version: u64,
+    /// `messages` may differ from what the store holds: set when a call starts,
+    /// cleared by a successful save.
+    pub(crate) dirty: bool,
+}
+
+impl Conversation {
+    /// Saves the conversation if the store still holds the version it was loaded at.
+    ///
+    /// On a conflict the conversation is marked not loaded, so the next call on it
+    /// reloads the stored one (whoever saved it wins; this agent never overwrites it).
+    pub(crate) async fn persist(
+        &mut self,
+        store: &dyn SessionStore,
+        key: &SessionKey,
+    ) -> Result<(), StoreError> {
+        match store.save(key, &self.messages, self.version).await {
+            Ok(version) => {
+                self.version = version;
+                self.dirty = false;
+                Ok(())
+            }
+            Err(e) => {
+                if e.is_conflict() {
+                    self.loaded = false;
+                    self.dirty = false;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Brings the conversation in line with the store before a call: saves what an
+    /// earlier cancelled (or failed-to-save) call left unsaved, then loads the session
+    /// if it is not loaded.
+    ///
+    /// A conflict while saving leftovers is logged and the stored session wins.
+    pub(crate) async fn sync(
+        &mut self,
+        store: &dyn SessionStore,
+        key: &SessionKey,
+    ) -> Result<(), StoreError> {
+        if self.loaded && self.dirty {
+            match self.persist(store, key).await {
+                Ok(()) => {}
+                Err(e) if e.is_conflict() => tracing::warn!(
+                    session = %key,
+                    error = %e,
+                    "unsaved state of an earlier call lost to another writer; reloading the session"
+                ),
+                Err(e) => return Err(e),
+            }
+        }
+        self.load_if_needed(store, key).await
+    }
+
+    /// Loads the stored session unless the conversation is loaded. A stored history
+    /// that breaks the memory invariant (e.g. a hand-edited file) is refused as
+    /// [`StoreErrorKind::Corrupt`].
+    pub(crate) async fn load_if_needed(
+        &mut self,
+        store: &dyn SessionStore,
+        key: &SessionKey,
+    ) -> Result<(), StoreError> {
+        if !self.loaded {
+            let stored = store.load(key).await?;
+            check_history(&stored.messages).map_err(|e| {
+                StoreError::with_kind(
+                    StoreErrorKind::Corrupt,
+                    key,
+                    format!("the stored conversation is not a valid history: {e}"),
+                )
+            })?;
+            self.messages = Arc::new(stored.messages);
+            self.version = stored.version;
+            self.loaded = true;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+}
+
+/// Where a call's conversation is saved when the call is dropped.
+pub(crate) struct Persistence {
+    pub(crate) store: Arc<dyn SessionStore>,
+    pub(crate) key: SessionKey,
+    pub(crate) slot: Arc<tokio::sync::Mutex<Conversation>>,
+}
+
+impl Persistence {
+    /// Saves the slot's conversation from a spawned task once the slot is free, if it
+    /// is still unsaved then (a call queued on the slot may have saved it first). Without
+    /// a tokio runtime nothing is spawned: the conversation stays marked unsaved and the
+    /// next call on the session saves it before it proceeds.
+    fn spawn_save(self) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        handle.spawn(async move {
+            let mut conv = self.slot.lock_owned().await;
+            if conv.loaded
+                && conv.dirty
+                && let Err(e) = conv.persist(&*self.store, &self.key).await
+            {
+                tracing::error!(
+                    session = %self.key,
+                    error = %e,
+                    "saving the session of a cancelled call failed; the next call on it retries"
+                );
+            }
+        });
+    }
 }
 
 /// The per-session slots of an agent.
@@ -112,17 +193,28 @@ impl Sessions {
 /// While the guard is armed, dropping it (the call's future was dropped, or an error
 /// path forgot to) gives every tool use still without a result a synthetic error
 /// result, so the stored conversation stays valid.
+///
+/// With a store, dropping it while the conversation is unsaved hands the save to a
+/// spawned task (see [`Persistence`]).
 pub(crate) struct CallMemory {
     guard: OwnedMutexGuard<Conversation>,
     armed: bool,
+    persistence: Option<Persistence>,
 }
 
 /// Result text for tool uses left without a result by a dropped call.
 const DROPPED: &str = "not executed: the call was cancelled before this tool ran";
 
 impl CallMemory {
-    pub(crate) fn new(guard: OwnedMutexGuard<Conversation>) -> Self {
-        Self { guard, armed: true }
+    pub(crate) fn new(
+        guard: OwnedMutexGuard<Conversation>,
+        persistence: Option<Persistence>,
+    ) -> Self {
+        Self {
+            guard,
+            armed: true,
+            persistence,
+        }
     }
 
     pub(crate) fn conversation(&mut self) -> &mut Conversation {
@@ -192,6 +284,12 @@ impl CallMemory {
         }
     }
 
+    /// The end-of-call save has run (whatever its outcome): dropping no longer hands a
+    /// save to a task.
+    pub(crate) fn settle(&mut self) {
+        self.persistence = None;
+    }
+
     /// Ends the call: dropping no longer repairs (pending tool uses left on purpose by
     /// `stop_agent` stay resumable).
     pub(crate) fn disarm(&mut self) {
@@ -203,6 +301,13 @@ impl Drop for CallMemory {
     fn drop(&mut self) {
         if self.armed {
             repair(Arc::make_mut(&mut self.guard.messages), DROPPED);
+        }
+        if self.guard.loaded
+            && self.guard.dirty
+            && let Some(p) = self.persistence.take()
+        {
+            // The task waits for the slot, which is released right after this.
+            p.spawn_save();
         }
     }
 }

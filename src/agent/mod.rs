@@ -33,17 +33,28 @@
 //!
 //! An empty model answer (no text, no tool call) appends a synthetic reminder and
 //! reasons again (bounded by `max_iters`).
+//!
+//! # Durable sessions
+//! With a [`SessionStore`] ([`AgentBuilder::session_store`]) conversations outlive the
+//! agent: each is loaded on first use and saved, with a version check, after every
+//! call — completed, failed or cancelled. [`FileSessionStore`] keeps one file per
+//! session with atomic replace; [`InMemorySessionStore`] shares sessions inside one
+//! process.
 
 mod builder;
 mod context;
+mod file_store;
 mod memory;
 mod run;
+mod store;
 mod stream;
 
 pub use builder::AgentBuilder;
 
 pub use context::{AgentInfo, Extensions, RunContext};
-pub use memory::{SessionKey, SessionStore, StoreError};
+pub use file_store::FileSessionStore;
+pub use memory::SessionKey;
+pub use store::{InMemorySessionStore, SessionStore, StoreError, StoreErrorKind, StoredSession};
 pub use stream::{AgentEvent, AgentStream};
 
 use std::sync::Arc;
@@ -227,33 +238,48 @@ impl Agent {
     }
 
     /// A snapshot of a session's conversation. Waits for a call in progress on that
-    /// session to finish.
+    /// session to finish. With a session store, a session this agent has not loaded yet
+    /// is loaded first (a store that fails to load it is logged and gives an empty
+    /// snapshot).
     pub async fn messages(&self, key: &SessionKey) -> Vec<Msg> {
         let slot = self.inner.sessions.slot(key);
-        let conv = slot.lock().await;
+        let mut conv = slot.lock().await;
+        if let Some(store) = &self.inner.store
+            && let Err(e) = conv.load_if_needed(&**store, key).await
+        {
+            tracing::warn!(session = %key, error = %e, "loading the session failed");
+        }
         conv.messages.to_vec()
     }
 
     /// Replaces a session's conversation (waits for a call in progress on it), e.g.
     /// to import a history kept elsewhere. A configured store is not written until the
-    /// next call on the session.
+    /// next call on the session, which saves the replacement (over the stored version)
+    /// before it proceeds.
     ///
     /// # Errors
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `messages` hold
     /// a system-role message, or a tool use without exactly one later result (except
     /// pending uses in the last assistant message, which the next call resumes or
-    /// marks as not executed).
+    /// marks as not executed); [`ErrorKind::Store`](crate::ErrorKind::Store) when a
+    /// configured store cannot load the session (its version is needed to replace it).
     pub async fn set_messages(&self, key: &SessionKey, messages: Vec<Msg>) -> Result<(), Error> {
         memory::check_history(&messages).map_err(Error::invalid_input)?;
         let slot = self.inner.sessions.slot(key);
         let mut conv = slot.lock().await;
+        if let Some(store) = &self.inner.store {
+            conv.load_if_needed(&**store, key)
+                .await
+                .map_err(Error::store)?;
+        }
         conv.messages = Arc::new(messages);
         conv.loaded = true;
+        conv.dirty = true;
         Ok(())
     }
 
-    /// Forgets a session held in memory (a configured store is not touched). Returns
-    /// whether it was present.
+    /// Forgets a session held in memory (a configured store is not touched: the next
+    /// call on the session loads it again). Returns whether it was present.
     pub fn forget_session(&self, key: &SessionKey) -> bool {
         self.inner.sessions.remove(key)
     }

@@ -8,7 +8,7 @@ use futures::{FutureExt, StreamExt};
 use serde_json::Value;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use super::memory::{CallMemory, SessionKey};
+use super::memory::{CallMemory, Persistence, SessionKey};
 use super::stream::AgentEvent;
 use super::{AgentInner, CallOutcome, RunContext, StopReason};
 use crate::error::Error;
@@ -157,19 +157,26 @@ impl AgentInner {
         let mode = TrailMode::decide(self.trail, self.record_content);
         let key = SessionKey::new(ctx.user_id(), ctx.session_id());
         let slot = self.sessions.slot(&key);
-        let mut memory = CallMemory::new(slot.lock_owned().await);
-        if !memory.conversation().loaded {
-            if let Some(store) = &self.store {
-                match store.load(&key).await {
-                    Ok(messages) => memory.conversation().messages = Arc::new(messages),
-                    Err(e) => {
-                        memory.disarm();
-                        return Err(self.fail(Error::store(e), &ctx, mode, Vec::new()).await);
-                    }
+        let guard = Arc::clone(&slot).lock_owned().await;
+        let persistence = self.store.as_ref().map(|store| Persistence {
+            store: Arc::clone(store),
+            key: key.clone(),
+            slot,
+        });
+        let mut memory = CallMemory::new(guard, persistence);
+        match &self.store {
+            Some(store) => {
+                if let Err(e) = memory.conversation().sync(&**store, &key).await {
+                    memory.disarm();
+                    memory.settle();
+                    return Err(self.fail(Error::store(e), &ctx, mode, Vec::new()).await);
                 }
             }
-            memory.conversation().loaded = true;
+            None => memory.conversation().loaded = true,
         }
+        // From here on the call changes the conversation: it is saved when the call
+        // ends, whichever way (a dropped call hands the save to a task).
+        memory.conversation().dirty = true;
         let mut call = Call {
             agent: self,
             meta: EventMeta::new(&self.info, &ctx, Arc::clone(self.chain.labels()), mode),
@@ -191,19 +198,27 @@ impl AgentInner {
             }
         };
         memory.disarm();
-        if let Some(store) = &self.store {
-            let key = SessionKey::new(ctx.user_id(), ctx.session_id());
-            if let Err(e) = store.save(&key, memory.messages()).await {
-                return match result {
-                    Ok(outcome) => Err(self
-                        .fail(Error::store(e), &ctx, mode, outcome.decisions)
-                        .await),
-                    Err(first) => {
-                        tracing::error!(error = %e, "session save after a failed call also failed");
-                        Err(first)
-                    }
-                };
-            }
+        let saved = match &self.store {
+            Some(store) => memory.conversation().persist(&**store, &key).await,
+            None => Ok(()),
+        };
+        // Saved, or the save failed and said so: either way no background save. An
+        // unsaved conversation is saved by the next call on the session.
+        memory.settle();
+        if let Err(e) = saved {
+            return match result {
+                Ok(outcome) => Err(self
+                    .fail(Error::store(e), &ctx, mode, outcome.decisions)
+                    .await),
+                Err(first) => {
+                    tracing::error!(
+                        session = %key,
+                        error = %e,
+                        "session save after a failed call also failed"
+                    );
+                    Err(first)
+                }
+            };
         }
         if let (Some(tx), Ok(outcome)) = (&sink, &result) {
             let _ = tx.send(AgentEvent::Final(outcome.clone()));

@@ -755,7 +755,7 @@ fn valid_date(y: u32, m: u32, d: u32) -> bool {
     if !(1900..=2099).contains(&y) || !(1..=12).contains(&m) || d == 0 {
         return false;
     }
-    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let leap = (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400);
     let days = match m {
         2 if leap => 29,
         2 => 28,
@@ -803,7 +803,7 @@ fn luhn_ok(d: &[u8]) -> bool {
             }
         })
         .sum();
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 fn is_local_byte(c: u8) -> bool {

@@ -373,10 +373,8 @@ fn bound(x: f64, min: Option<f64>, max: Option<f64>) -> f64 {
 
 /// A JSON number for `x`: an integer when `integral` (rounded inwards already).
 fn number_value(x: f64, integral: bool) -> Value {
-    if integral {
-        if let Some(i) = f64_to_i64(x) {
-            return Value::Number(i.into());
-        }
+    if integral && let Some(i) = f64_to_i64(x) {
+        return Value::Number(i.into());
     }
     Number::from_f64(x).map_or(Value::Null, Value::Number)
 }

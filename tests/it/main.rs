@@ -8,7 +8,12 @@
 )]
 
 mod build;
+mod chain_properties;
+mod crash;
+mod durable;
 mod failure_policy;
+mod faults;
+mod fuzz_inputs;
 mod hook_chain;
 mod hooks_approval;
 mod hooks_audit;
@@ -18,6 +23,7 @@ mod hooks_latency;
 mod hooks_masking;
 mod hooks_self_correction;
 mod hooks_tool_guard;
+mod load;
 mod loop_control;
 mod messages;
 mod mutators;

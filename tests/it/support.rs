@@ -288,3 +288,51 @@ pub fn tool_then_text(tool: &str, args: Value, text: &str) -> ScriptedModel {
 pub fn builder_with_tools(model: &ScriptedModel, tools: Vec<FunctionTool>) -> AgentBuilder {
     builder(model).toolkit(toolkit_with(tools))
 }
+
+/// A fresh directory under the system temp dir, removed on drop.
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> Self {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let path =
+            std::env::temp_dir().join(format!("rein-{label}-{}-{n}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Waits (bounded) until the store holds exactly the agent's in-memory conversation
+/// of `key` — a cancelled call's save runs in a background task — then asserts the
+/// stored conversation is valid and returns it.
+pub async fn assert_saved(agent: &Agent, store: &dyn SessionStore, key: &SessionKey) -> Vec<Msg> {
+    let mut last = (Vec::new(), Vec::new());
+    for _ in 0..2000 {
+        let memory = agent.messages(key).await;
+        let stored = store.load(key).await.unwrap();
+        if stored.messages == memory && (stored.version > 0 || memory.is_empty()) {
+            assert_memory_valid(&stored.messages);
+            return stored.messages;
+        }
+        last = (memory, stored.messages);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!(
+        "the store never caught up with memory for {key}:\nmemory: {:?}\nstored: {:?}",
+        last.0, last.1
+    );
+}

@@ -1,0 +1,270 @@
+//! Session stores: where conversations persist between calls, agents and processes.
+//!
+//! A store keeps, per [`SessionKey`], the conversation's messages and a **version**: `0`
+//! for a session that was never saved, then `1, 2, …`, one more on every successful
+//! save. A save names the version it expects to replace ([`SessionStore::save`]); when
+//! the stored version is different — another agent or another process saved the session
+//! since this one loaded it — nothing is written and the save fails with
+//! [`StoreErrorKind::Conflict`]. Two writers therefore never silently overwrite each
+//! other.
+//!
+//! Two stores ship with the crate: [`FileSessionStore`](super::FileSessionStore) (one
+//! file per session, atomic replace) and [`InMemorySessionStore`] (a shared map, for
+//! tests and for several agents in one process). Without a store an agent keeps its
+//! conversations in its own memory only.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::future::BoxFuture;
+
+use super::memory::SessionKey;
+use crate::message::Msg;
+
+/// What kind of failure a [`StoreError`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The stored version is not the version the save expected: someone else saved the
+    /// session in between. Nothing was written. An agent that gets this error reloads
+    /// the session from the store on its next call on it.
+    Conflict,
+    /// Reading or writing the backing storage failed (a file system error, a background
+    /// I/O task that could not run).
+    Io,
+    /// Stored data could not be decoded, or it belongs to another session.
+    Corrupt,
+    /// Any other failure (the kind of [`StoreError::new`]).
+    Other,
+}
+
+/// A session store failure: a [`StoreErrorKind`], the session it concerns (when one
+/// does) and a message.
+///
+/// `Display` reads ``session store failed for session `user/session`: message``.
+#[derive(Debug, thiserror::Error)]
+#[error("session store failed{}: {message}", session_suffix(.session.as_deref()))]
+pub struct StoreError {
+    kind: StoreErrorKind,
+    session: Option<String>,
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+fn session_suffix(session: Option<&str>) -> String {
+    match session {
+        Some(s) => format!(" for session `{s}`"),
+        None => String::new(),
+    }
+}
+
+impl StoreError {
+    /// An error of kind [`StoreErrorKind::Other`] for this session.
+    pub fn new(key: &SessionKey, message: impl Into<String>) -> Self {
+        Self::with_kind(StoreErrorKind::Other, key, message)
+    }
+
+    /// An error of the given kind for this session.
+    pub fn with_kind(kind: StoreErrorKind, key: &SessionKey, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            session: Some(key.to_string()),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An error of the given kind that concerns no single session (e.g. a store
+    /// directory that cannot be created).
+    pub fn unkeyed(kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            session: None,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A [`StoreErrorKind::Conflict`]: the save expected version `expected`, the store
+    /// holds version `found`.
+    pub fn conflict(key: &SessionKey, expected: u64, found: u64) -> Self {
+        Self::with_kind(
+            StoreErrorKind::Conflict,
+            key,
+            format!(
+                "version conflict: expected to replace version {expected}, the store holds version {found} (another writer saved this session)"
+            ),
+        )
+    }
+
+    /// Attaches the underlying error (returned by `std::error::Error::source`).
+    #[must_use]
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
+    }
+
+    /// The session, as `user/session` or `session`, when the error concerns one.
+    pub fn session(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
+    /// The message, without the session prefix.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Whether this is a [`StoreErrorKind::Conflict`].
+    pub fn is_conflict(&self) -> bool {
+        self.kind == StoreErrorKind::Conflict
+    }
+}
+
+/// A session as loaded from a store: its messages and their version (`0` when the
+/// session was never saved, then `messages` is empty).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct StoredSession {
+    /// The conversation, oldest first.
+    pub messages: Vec<Msg>,
+    /// The version to pass to the next [`SessionStore::save`].
+    pub version: u64,
+}
+
+impl StoredSession {
+    /// A stored session with these messages at this version.
+    pub fn new(messages: Vec<Msg>, version: u64) -> Self {
+        Self { messages, version }
+    }
+}
+
+/// Where conversations persist between calls (and agents, and processes).
+///
+/// Without a store, an agent keeps conversations in memory for its lifetime. With one,
+/// an agent loads a session on its first call on it and saves it after every call —
+/// completed, failed or cancelled (see [`AgentBuilder::session_store`](super::AgentBuilder::session_store)
+/// for when exactly). An agent caches what it loaded: it assumes no one else writes the
+/// session while it holds it, and detects it when someone did, through the version.
+///
+/// Implementations must make `save` atomic with respect to `load` (a load sees the old
+/// or the new messages, never a mix) and must compare the version and write as one
+/// step with respect to other savers.
+pub trait SessionStore: Send + Sync + 'static {
+    /// The stored messages and version of a session; version `0` and no messages when
+    /// it was never saved.
+    ///
+    /// # Errors
+    /// [`StoreErrorKind::Io`] when the storage cannot be read, [`StoreErrorKind::Corrupt`]
+    /// when what is stored cannot be decoded.
+    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>>;
+
+    /// Replaces the stored messages of a session if its stored version is still
+    /// `expected_version`, and returns the new version (`expected_version + 1`).
+    ///
+    /// # Errors
+    /// [`StoreErrorKind::Conflict`] (nothing written) when the stored version differs;
+    /// [`StoreErrorKind::Io`] when writing fails (the old version is then still stored).
+    fn save<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        messages: &'a [Msg],
+        expected_version: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>>;
+}
+
+impl<S: SessionStore + ?Sized> SessionStore for Arc<S> {
+    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
+        (**self).load(key)
+    }
+
+    fn save<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        messages: &'a [Msg],
+        expected_version: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        (**self).save(key, messages, expected_version)
+    }
+}
+
+/// A [`SessionStore`] in this process's memory. Clones share the same sessions, so two
+/// agents given clones of one store see each other's saves (and conflict like two
+/// processes sharing a directory would).
+#[derive(Clone, Default)]
+pub struct InMemorySessionStore {
+    sessions: Arc<Mutex<HashMap<SessionKey, StoredSession>>>,
+}
+
+impl fmt::Debug for InMemorySessionStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InMemorySessionStore")
+            .field("sessions", &self.len())
+            .finish()
+    }
+}
+
+impl InMemorySessionStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many sessions have been saved.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// `true` when no session has been saved.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The keys of the saved sessions, in no particular order.
+    pub fn keys(&self) -> Vec<SessionKey> {
+        self.lock().keys().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionKey, StoredSession>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl SessionStore for InMemorySessionStore {
+    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
+        let stored = self.lock().get(key).cloned().unwrap_or_default();
+        Box::pin(std::future::ready(Ok(stored)))
+    }
+
+    fn save<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        messages: &'a [Msg],
+        expected_version: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        let result = (|| {
+            let mut sessions = self.lock();
+            let found = sessions.get(key).map_or(0, |s| s.version);
+            if found != expected_version {
+                return Err(StoreError::conflict(key, expected_version, found));
+            }
+            let version = next_version(key, expected_version)?;
+            sessions.insert(key.clone(), StoredSession::new(messages.to_vec(), version));
+            Ok(version)
+        })();
+        Box::pin(std::future::ready(result))
+    }
+}
+
+/// `expected + 1`, or an error when the version space is exhausted.
+pub(crate) fn next_version(key: &SessionKey, expected: u64) -> Result<u64, StoreError> {
+    expected.checked_add(1).ok_or_else(|| {
+        StoreError::new(key, "the session's version counter is exhausted (u64::MAX)")
+    })
+}
