@@ -19,6 +19,8 @@ mod hooks_masking;
 mod hooks_self_correction;
 mod hooks_tool_guard;
 mod loop_control;
+#[cfg(feature = "mcp")]
+mod mcp;
 mod messages;
 mod mutators;
 mod observability;
