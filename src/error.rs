@@ -216,6 +216,12 @@ pub enum BuildErrorKind {
     /// A subagent declaration is invalid (duplicate id, missing description, an
     /// allowlist naming a tool the parent cannot call, ...).
     InvalidDeclaration,
+    /// An MCP server could not be used: it failed to start, connect or list its tools
+    /// within its connect timeout, its configuration is invalid, `enable_tools` names a
+    /// tool it does not offer, servers were declared without the feature `mcp`, or the
+    /// synchronous `build()` was used where `build_async()` is required. The message
+    /// names the server.
+    Mcp,
 }
 
 /// An agent (or declaration) could not be built.

@@ -84,6 +84,7 @@ pub mod bench_support;
 mod error;
 pub mod hook;
 pub mod hooks;
+pub mod mcp;
 mod message;
 pub mod model;
 pub mod observe;

@@ -9,6 +9,7 @@ use super::memory::Sessions;
 use super::{Agent, AgentInfo, AgentInner, SessionStore};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::hook::{HookChain, HookRegistry, IntoHook, RegisteredHook};
+use crate::mcp::McpServerConfig;
 use crate::model::{GenerateOptions, Model};
 use crate::subagent::spec::ToolsPolicy;
 use crate::subagent::{
@@ -47,6 +48,8 @@ pub struct AgentBuilder {
     pub(crate) trail: bool,
     pub(crate) record_content: bool,
     pub(crate) tool_labels: Option<Arc<HashSet<String>>>,
+    /// MCP servers declared in code, in declaration order.
+    pub(crate) mcp_servers: Vec<(String, McpServerConfig)>,
 }
 
 impl Clone for AgentBuilder {
@@ -77,6 +80,7 @@ impl Clone for AgentBuilder {
             trail: self.trail,
             record_content: self.record_content,
             tool_labels: self.tool_labels.clone(),
+            mcp_servers: self.mcp_servers.clone(),
         }
     }
 }
@@ -128,6 +132,7 @@ impl AgentBuilder {
             trail: false,
             record_content: false,
             tool_labels: None,
+            mcp_servers: Vec::new(),
         }
     }
 
@@ -321,7 +326,70 @@ impl AgentBuilder {
         self
     }
 
+    /// Declares an MCP server in code (feature `mcp`): its tools join this agent's base
+    /// tools as `mcp__<id>__<tool>` (see [`crate::mcp`]) when the agent is built with
+    /// [`AgentBuilder::build_async`], and are bounded like every other tool.
+    ///
+    /// The id must be 1-32 characters from `[A-Za-z0-9_.-]`, without `__`, not ending in
+    /// `_`, and unique among this builder's and `tools.json`'s servers; otherwise
+    /// `build_async` fails with [`BuildErrorKind::Mcp`].
+    #[cfg(feature = "mcp")]
+    pub fn mcp_server(mut self, id: impl Into<String>, config: McpServerConfig) -> Self {
+        self.mcp_servers.push((id.into(), config));
+        self
+    }
+
+    /// Builds the agent, first connecting its MCP servers (feature `mcp`).
+    ///
+    /// Every server declared with [`AgentBuilder::mcp_server`] or in the workspace
+    /// `tools.json` is connected concurrently, each within its connect timeout; its tools
+    /// (those in `enable_tools`, when set) are added to the base tools, and the rest is
+    /// [`AgentBuilder::build`]. The connections are kept open for the agent's calls and
+    /// closed (stdio servers' processes killed) when the last agent sharing them — clones
+    /// and subagents included — is dropped. Without servers this is `build()`.
+    ///
+    /// # Errors
+    /// As [`AgentBuilder::build`], plus [`BuildErrorKind::Mcp`] naming the server when a
+    /// server id or configuration is invalid or duplicated, a server cannot be started,
+    /// connected or listed within its connect timeout, `enable_tools` names a tool the
+    /// server does not offer, or a server tool's schema is invalid; and
+    /// [`BuildErrorKind::Tool`] when an MCP tool name is taken by another tool.
+    #[cfg(feature = "mcp")]
+    pub async fn build_async(mut self) -> Result<Agent, BuildError> {
+        if self.child.is_some() {
+            return self.build_with(None, false);
+        }
+        let policy = match &self.workspace {
+            Some(ws) => load_policy(ws)?,
+            None => None,
+        };
+        let mut servers = self.mcp_servers.clone();
+        if let Some(p) = &policy {
+            for (id, config) in &p.mcp_servers {
+                servers.push((id.clone(), config.clone()));
+            }
+        }
+        for (i, (id, _)) in servers.iter().enumerate() {
+            if servers[..i].iter().any(|(other, _)| other == id) {
+                return Err(BuildError::new(
+                    BuildErrorKind::Mcp,
+                    format!("MCP server `{id}` is declared twice (in code and/or tools.json)"),
+                ));
+            }
+        }
+        for tool in crate::mcp::connect_all(&servers).await? {
+            let name = tool.name().to_owned();
+            self.toolkit
+                .register(tool)
+                .map_err(|e| BuildError::tool(&format!("MCP tool `{name}`"), e))?;
+        }
+        self.build_with(Some(policy), true)
+    }
+
     /// Builds the agent.
+    ///
+    /// An agent whose builder or workspace `tools.json` declares MCP servers must be built
+    /// with `build_async()` (feature `mcp`), which connects them first.
     ///
     /// # Errors
     /// - [`BuildErrorKind::MissingModel`] without a model;
@@ -332,8 +400,22 @@ impl AgentBuilder {
     /// - [`BuildErrorKind::Workspace`] for an unreadable or malformed `tools.json` or
     ///   subagent file (naming file, line and key);
     /// - [`BuildErrorKind::InvalidDeclaration`] for duplicate subagent ids or an
-    ///   allowlist naming a tool this agent cannot call.
+    ///   allowlist naming a tool this agent cannot call;
+    /// - [`BuildErrorKind::Mcp`] when MCP servers are declared: without the feature `mcp`
+    ///   (the message says it is off), or with it (the message points to `build_async`);
+    /// - [`BuildErrorKind::InvalidConfig`] when a subagent's builder (through a
+    ///   [`SubagentFactory`]) declares MCP servers: only the top-level agent can.
     pub fn build(self) -> Result<Agent, BuildError> {
+        self.build_with(None, false)
+    }
+
+    /// `build()`; `preloaded` is the already-loaded workspace policy, `mcp_ready` says the
+    /// declared MCP servers are connected and their tools are in the toolkit.
+    fn build_with(
+        self,
+        preloaded: Option<Option<Arc<ToolsPolicy>>>,
+        mcp_ready: bool,
+    ) -> Result<Agent, BuildError> {
         let Some(model) = self.model.clone() else {
             return Err(BuildError::new(
                 BuildErrorKind::MissingModel,
@@ -361,10 +443,14 @@ impl AgentBuilder {
         let (policy, registry) = match &self.child {
             Some(c) => (c.policy.clone(), Some(Arc::clone(&c.registry))),
             None => {
-                let policy = match &self.workspace {
-                    Some(ws) => load_policy(ws)?,
-                    None => None,
+                let policy = match (preloaded, &self.workspace) {
+                    (Some(policy), _) => policy,
+                    (None, Some(ws)) => load_policy(ws)?,
+                    (None, None) => None,
                 };
+                if !mcp_ready {
+                    check_no_mcp(&self.mcp_servers, policy.as_deref())?;
+                }
                 let dir = self.workspace.as_ref().map(|ws| ws.join("subagents"));
                 let delegates = !self.subagents.is_empty()
                     || !self.factories.is_empty()
@@ -394,6 +480,16 @@ impl AgentBuilder {
         };
         if let Some(c) = &self.child {
             check_allowlist(&self.name, &c.allow, &c.callable)?;
+            if !self.mcp_servers.is_empty() {
+                return Err(BuildError::new(
+                    BuildErrorKind::InvalidConfig,
+                    format!(
+                        "subagent `{}` declares MCP servers; only the top-level agent can \
+                         (its MCP tools are inherited through the bound)",
+                        self.name
+                    ),
+                ));
+            }
         }
 
         // Base tools: filtered into a new registry, never removed, so a toolkit that
@@ -527,6 +623,38 @@ impl AgentBuilder {
             }),
         })
     }
+}
+
+/// Fails when MCP servers are declared but not connected (sync `build()`, or no `mcp`
+/// feature): they are never silently ignored.
+fn check_no_mcp(
+    code: &[(String, McpServerConfig)],
+    policy: Option<&ToolsPolicy>,
+) -> Result<(), BuildError> {
+    let mut ids: Vec<&str> = code.iter().map(|(id, _)| id.as_str()).collect();
+    if let Some(p) = policy {
+        ids.extend(p.mcp_servers.keys().map(String::as_str));
+    }
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let list = ids
+        .iter()
+        .map(|id| format!("`{id}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let message = if cfg!(feature = "mcp") {
+        format!(
+            "MCP servers {list} are declared: build the agent with `AgentBuilder::build_async()`, \
+             which connects them (the synchronous `build()` cannot)"
+        )
+    } else {
+        format!(
+            "MCP servers {list} are declared, but rein was built without the `mcp` feature: \
+             enable it (features = [\"mcp\"]) or remove the servers"
+        )
+    };
+    Err(BuildError::new(BuildErrorKind::Mcp, message))
 }
 
 /// The narrowing applied to an agent's tools.

@@ -354,8 +354,8 @@ fn empty_tools_json_object_is_the_default_policy() {
 
 #[test]
 fn unknown_tools_json_key_is_an_error_naming_key_and_line() {
-    let err = json_err("{\n  \"allow\": [\"a\"],\n  \"mcpServers\": {}\n}");
-    assert_err(&err, SpecErrorKind::UnknownKey, Some(3), Some("mcpServers"));
+    let err = json_err("{\n  \"allow\": [\"a\"],\n  \"skills\": {}\n}");
+    assert_err(&err, SpecErrorKind::UnknownKey, Some(3), Some("skills"));
     let err = json_err("{\n\n\"denylist\": []}");
     assert_err(&err, SpecErrorKind::UnknownKey, Some(3), Some("denylist"));
     assert!(err.message().contains("did you mean `deny`?"), "{err}");
@@ -427,6 +427,7 @@ fn policy(allow: &[&str], deny: &[&str]) -> ToolsPolicy {
     ToolsPolicy {
         allow: allow.iter().map(|s| s.to_string()).collect(),
         deny: deny.iter().map(|s| s.to_string()).collect(),
+        ..ToolsPolicy::default()
     }
 }
 
@@ -523,4 +524,109 @@ fn fingerprint_lists_md_files_sorted_and_changes_with_their_content() {
     assert_eq!(before[0].2, 23);
     dir.write("a.md", "---\ndescription: a longer one\n---\n");
     assert_ne!(dir_fingerprint(&dir.0).expect("fingerprint"), before);
+}
+
+mod mcp_servers {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::super::spec::{SpecErrorKind, ToolsPolicy};
+    use crate::mcp::{McpServerConfig, McpTransport};
+
+    fn env(name: &str) -> Option<String> {
+        (name == "TOKEN").then(|| "s3cret".to_owned())
+    }
+
+    fn parse(text: &str) -> Result<ToolsPolicy, super::super::spec::SpecError> {
+        ToolsPolicy::parse_with_env(Path::new("ws/tools.json"), text, env)
+    }
+
+    #[test]
+    fn stdio_and_http_servers_parse_with_substitution_and_defaults() {
+        let p = parse(
+            r#"{"allow": ["a"], "mcpServers": {
+                "files": {"transport": "stdio", "command": "npx", "args": ["-y", "${TOKEN}"],
+                          "env": {"T": "x-${TOKEN}-y"}, "timeout_seconds": 2.5,
+                          "enable_tools": ["read"]},
+                "web": {"url": "https://h/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}
+            }}"#,
+        )
+        .unwrap();
+        let ids: Vec<&String> = p.mcp_servers.keys().collect();
+        assert_eq!(ids, ["files", "web"]);
+        let files = &p.mcp_servers["files"];
+        assert_eq!(
+            files.transport(),
+            &McpTransport::Stdio {
+                command: "npx".into(),
+                args: vec!["-y".into(), "s3cret".into()],
+                env: vec![("T".into(), "x-s3cret-y".into())],
+            }
+        );
+        assert_eq!(files.call_timeout(), Duration::from_millis(2500));
+        assert_eq!(files.enabled_tools(), Some(&["read".to_owned()][..]));
+        let web = &p.mcp_servers["web"];
+        assert_eq!(
+            *web,
+            McpServerConfig::http("https://h/mcp").header("Authorization", "Bearer s3cret")
+        );
+        assert!(!format!("{web:?}").contains("s3cret"), "Debug hides values");
+    }
+
+    #[test]
+    fn mistakes_are_errors_naming_line_and_dotted_key() {
+        let cases: &[(&str, SpecErrorKind, &str, usize)] = &[
+            (
+                "{\"mcpServers\": {\"s\": {\n\"command\": \"x\", \"timeout\": 3}}}",
+                SpecErrorKind::UnknownKey,
+                "timeout",
+                2,
+            ),
+            (
+                "{\"mcpServers\": {\"s\": {\n\"command\": 3}}}",
+                SpecErrorKind::InvalidValue,
+                "mcpServers.s.command",
+                2,
+            ),
+            (
+                "{\"mcpServers\": {\"s\": {\"command\": \"x\",\n\"env\": {\"A\": \"${NOPE}\"}}}}",
+                SpecErrorKind::MissingEnvVar,
+                "mcpServers.s.env.A",
+                2,
+            ),
+            (
+                "{\"mcpServers\": {\"s\": {\"transport\": \"http\",\n\"command\": \"x\"}}}",
+                SpecErrorKind::InvalidValue,
+                "mcpServers.s.command",
+                2,
+            ),
+            (
+                "{\"mcpServers\": {\"s\": {\"transport\": \"sse\"}}}",
+                SpecErrorKind::InvalidValue,
+                "mcpServers.s.transport",
+                1,
+            ),
+            (
+                "{\"mcpServers\": {\"s\": {\"command\": \"x\", \"enable_tools\": []}}}",
+                SpecErrorKind::InvalidValue,
+                "mcpServers.s.enable_tools",
+                1,
+            ),
+            (
+                "{\"mcpServers\": {\"a__b\": {\"command\": \"x\"}}}",
+                SpecErrorKind::InvalidValue,
+                "mcpServers",
+                1,
+            ),
+        ];
+        for (text, kind, key, line) in cases {
+            let err = parse(text).unwrap_err();
+            assert_eq!(err.kind(), *kind, "{err}");
+            assert_eq!(err.key(), Some(*key), "{err}");
+            assert_eq!(err.line(), Some(*line), "{err}");
+            assert!(err.to_string().starts_with("ws/tools.json:"), "{err}");
+        }
+        let missing = parse(r#"{"mcpServers": {"s": {"env": {"X": "${NOPE}"}}}}"#).unwrap_err();
+        assert!(missing.to_string().contains("`NOPE`"), "{missing}");
+    }
 }

@@ -135,3 +135,25 @@ fn a_hook_tool_clashing_with_an_existing_tool_fails_the_build() {
     );
     assert!(err.to_string().contains("duplicate tool name"), "{err}");
 }
+
+#[cfg(not(feature = "mcp"))]
+#[test]
+fn mcp_servers_in_tools_json_fail_the_build_when_the_mcp_feature_is_off() {
+    let dir = crate::subagents::TempDir::new("mcp-off");
+    dir.write(
+        "tools.json",
+        r#"{"mcpServers": {"files": {"command": "server"}}}"#,
+    );
+    let err = Agent::builder()
+        .model(ScriptedModel::new([]))
+        .without_global_hooks()
+        .workspace(&dir.0)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), BuildErrorKind::Mcp);
+    let text = err.to_string();
+    assert!(
+        text.contains("`files`") && text.contains("`mcp` feature"),
+        "{text}"
+    );
+}

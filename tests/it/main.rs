@@ -25,6 +25,8 @@ mod hooks_self_correction;
 mod hooks_tool_guard;
 mod load;
 mod loop_control;
+#[cfg(feature = "mcp")]
+mod mcp;
 mod messages;
 mod mutators;
 mod observability;

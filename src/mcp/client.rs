@@ -1,0 +1,274 @@
+//! The MCP client (feature `mcp`): connections over `rmcp` and the tools they expose.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::Mutex;
+
+use super::{McpServerConfig, McpTransport, check_server_id, tool_name};
+use crate::error::{BuildError, BuildErrorKind};
+use crate::tool::{Tool, ToolContext, ToolError};
+
+type Service = RunningService<RoleClient, ()>;
+
+/// One server: its configuration and the live connection, if any. Shared by every tool
+/// of the server; dropping the last tool drops the service, which closes the transport
+/// and kills a stdio server's process.
+struct Connection {
+    id: String,
+    config: McpServerConfig,
+    /// The live service and its generation (bumped on every (re)connect).
+    state: Mutex<(Option<Service>, u64)>,
+}
+
+impl Connection {
+    /// Starts or reaches the server and completes the handshake, within the connect
+    /// timeout.
+    async fn connect(&self) -> Result<Service, String> {
+        let timeout = self.config.connect_timeout;
+        match tokio::time::timeout(timeout, self.open()).await {
+            Ok(result) => result,
+            Err(_) => Err(format!("connecting timed out after {}", secs(timeout))),
+        }
+    }
+
+    async fn open(&self) -> Result<Service, String> {
+        match &self.config.transport {
+            McpTransport::Stdio { command, args, env } => {
+                let mut cmd = tokio::process::Command::new(command);
+                cmd.args(args)
+                    .envs(env.iter().map(|(k, v)| (k, v)))
+                    .kill_on_drop(true);
+                let (transport, stderr) = TokioChildProcess::builder(cmd)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+                if let Some(stderr) = stderr {
+                    let id = self.id.clone();
+                    tokio::spawn(async move {
+                        let mut lines = BufReader::new(stderr).lines();
+                        while let Ok(Some(line)) = lines.next_line().await {
+                            tracing::debug!(target: "rein::mcp", server = %id, "stderr: {line}");
+                        }
+                    });
+                }
+                ().serve(transport)
+                    .await
+                    .map_err(|e| format!("MCP handshake failed: {e}"))
+            }
+            McpTransport::Http { url, headers } => {
+                let mut map = HashMap::new();
+                for (name, value) in headers {
+                    let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|e| format!("invalid header name `{name}`: {e}"))?;
+                    let value = reqwest::header::HeaderValue::from_str(value)
+                        .map_err(|e| format!("invalid value for header `{name}`: {e}"))?;
+                    map.insert(name, value);
+                }
+                let config =
+                    StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
+                let transport = StreamableHttpClientTransport::from_config(config);
+                ().serve(transport)
+                    .await
+                    .map_err(|e| format!("cannot connect to `{url}`: {e}"))
+            }
+        }
+    }
+
+    /// The live peer, reconnecting first when there is none or its transport closed.
+    async fn peer(&self) -> Result<(Peer<RoleClient>, u64), String> {
+        let mut state = self.state.lock().await;
+        if let Some(service) = &state.0
+            && !service.is_closed()
+            && !service.peer().is_transport_closed()
+        {
+            return Ok((service.peer().clone(), state.1));
+        }
+        // Drop a dead service (and its process) before starting a new one.
+        state.0 = None;
+        let service = self.connect().await?;
+        state.1 += 1;
+        let peer = service.peer().clone();
+        state.0 = Some(service);
+        tracing::debug!(target: "rein::mcp", server = %self.id, generation = state.1, "connected");
+        Ok((peer, state.1))
+    }
+
+    /// Drops the service of `generation` (if still current) so the next call reconnects.
+    async fn invalidate(&self, generation: u64) {
+        let mut state = self.state.lock().await;
+        if state.1 == generation {
+            state.0 = None;
+        }
+    }
+
+    async fn call(&self, tool: &str, input: Value) -> Result<String, ToolError> {
+        let fail = |what: String| {
+            ToolError::new(format!("MCP server `{}`, tool `{tool}`: {what}", self.id))
+        };
+        let arguments = match input {
+            Value::Object(map) => map,
+            Value::Null => serde_json::Map::new(),
+            other => return Err(fail(format!("arguments must be an object, got {other}"))),
+        };
+        let (peer, generation) = self
+            .peer()
+            .await
+            .map_err(|e| fail(format!("server unavailable: {e}")))?;
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let timeout = self.config.timeout;
+        match tokio::time::timeout(timeout, peer.call_tool(params)).await {
+            Err(_) => Err(fail(format!("the call timed out after {}", secs(timeout)))),
+            Ok(Err(ServiceError::McpError(e))) => {
+                Err(fail(format!("the server rejected the call: {}", e.message)))
+            }
+            Ok(Err(e)) => {
+                self.invalidate(generation).await;
+                Err(fail(format!(
+                    "the connection failed ({e}); the next call reconnects"
+                )))
+            }
+            Ok(Ok(result)) => {
+                let text = render(&result.content, result.structured_content.as_ref());
+                if result.is_error == Some(true) {
+                    Err(fail(format!("the tool returned an error: {text}")))
+                } else {
+                    Ok(text)
+                }
+            }
+        }
+    }
+}
+
+fn secs(d: Duration) -> String {
+    format!("{}s", d.as_secs_f64())
+}
+
+/// The text the model reads: text blocks joined by newlines, other blocks as JSON; the
+/// structured content as JSON when there is nothing else.
+fn render<T: serde::Serialize>(content: &[T], structured: Option<&Value>) -> String {
+    let mut parts = Vec::new();
+    for block in content {
+        let value = serde_json::to_value(block).unwrap_or(Value::Null);
+        match value.get("text").and_then(Value::as_str) {
+            Some(text) if value.get("type").and_then(Value::as_str) == Some("text") => {
+                parts.push(text.to_owned());
+            }
+            _ => parts.push(value.to_string()),
+        }
+    }
+    if parts.is_empty()
+        && let Some(structured) = structured
+    {
+        parts.push(structured.to_string());
+    }
+    parts.join("\n")
+}
+
+/// One MCP tool as an agent tool.
+struct McpTool {
+    conn: Arc<Connection>,
+    /// The tool's name on the server.
+    remote: String,
+    /// `mcp__<server>__<tool>`.
+    name: String,
+    description: String,
+    parameters: Value,
+}
+
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> Value {
+        self.parameters.clone()
+    }
+
+    fn call(&self, input: Value, _ctx: ToolContext) -> BoxFuture<'_, Result<String, ToolError>> {
+        Box::pin(self.conn.call(&self.remote, input))
+    }
+}
+
+/// Connects every server concurrently and returns their tools, in server then listing
+/// order.
+pub(crate) async fn connect_all(
+    servers: &[(String, McpServerConfig)],
+) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
+    let lists =
+        futures::future::try_join_all(servers.iter().map(|(id, c)| server_tools(id, c))).await?;
+    Ok(lists.into_iter().flatten().collect())
+}
+
+async fn server_tools(
+    id: &str,
+    config: &McpServerConfig,
+) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
+    let err = |m: String| BuildError::new(BuildErrorKind::Mcp, format!("MCP server `{id}`: {m}"));
+    check_server_id(id).map_err(err)?;
+    config.validate().map_err(err)?;
+    let conn = Arc::new(Connection {
+        id: id.to_owned(),
+        config: config.clone(),
+        state: Mutex::new((None, 0)),
+    });
+    let (peer, _) = conn.peer().await.map_err(err)?;
+    let listed = tokio::time::timeout(config.connect_timeout, peer.list_all_tools())
+        .await
+        .map_err(|_| {
+            err(format!(
+                "listing tools timed out after {}",
+                secs(config.connect_timeout)
+            ))
+        })?
+        .map_err(|e| err(format!("cannot list tools: {e}")))?;
+    if let Some(enabled) = &config.enable_tools
+        && let Some(missing) = enabled
+            .iter()
+            .find(|n| !listed.iter().any(|t| t.name == **n))
+    {
+        return Err(err(format!(
+            "`enable_tools` names `{missing}`, which the server does not offer"
+        )));
+    }
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    for tool in listed {
+        let remote = tool.name.to_string();
+        if config
+            .enable_tools
+            .as_ref()
+            .is_some_and(|enabled| !enabled.contains(&remote))
+        {
+            continue;
+        }
+        let description = tool
+            .description
+            .as_deref()
+            .or(tool.title.as_deref())
+            .unwrap_or("")
+            .to_owned();
+        let parameters = Value::Object((*tool.input_schema).clone());
+        tools.push(Arc::new(McpTool {
+            conn: Arc::clone(&conn),
+            name: tool_name(id, &remote),
+            remote,
+            description: format!("{description} (MCP server `{id}`)"),
+            parameters,
+        }));
+    }
+    Ok(tools)
+}
