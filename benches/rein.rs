@@ -89,6 +89,14 @@ mod w1 {
         bencher.bench_local(|| rt.block_on(w1_call(&agent)));
     }
 
+    /// Each production hook alone, to attribute the set's cost.
+    #[divan::bench(args = ["latency", "masking", "audit", "tool_guard", "dynamic_options"])]
+    fn single_production_hook(bencher: Bencher, which: &str) {
+        let rt = runtime();
+        let agent = w1_single_hook_agent(which);
+        bencher.bench_local(|| rt.block_on(w1_call(&agent)));
+    }
+
     #[divan::bench]
     fn production_hook_set(bencher: Bencher) {
         let rt = runtime();

@@ -216,6 +216,29 @@ pub fn production_hooks() -> rein::hooks::Hooks {
         .unwrap()
 }
 
+/// The W1 agent with only one of the production hooks (`latency`, `masking`, `audit`,
+/// `tool_guard`, `dynamic_options`), to attribute the set's cost.
+pub fn w1_single_hook_agent(which: &str) -> Agent {
+    let mut section = json!({"enabled": true});
+    if which == "tool_guard" {
+        section["numeric_caps"] = json!({"a": 1000, "b": 1000});
+    }
+    if which == "masking" {
+        section["mask_tool_results"] = json!(true);
+    }
+    let mut cfg = json!({"latency": {"enabled": false}});
+    cfg[which] = section;
+    let config: rein::hooks::HooksConfig = serde_json::from_value(cfg).unwrap();
+    config
+        .build_with(
+            rein::hooks::HookServices::new().audit_sink(rein::hooks::MemoryAuditSink::new()),
+        )
+        .unwrap()
+        .install(base_builder())
+        .build()
+        .unwrap()
+}
+
 /// The W1 agent with the production hook set.
 pub fn w1_production_agent() -> Agent {
     production_hooks().install(base_builder()).build().unwrap()

@@ -1,7 +1,6 @@
 //! Identity and per-call context.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -26,49 +25,69 @@ pub struct AgentInfo {
 /// atomics) inside `T` for state that changes during the call. Because the storage
 /// belongs to the call, concurrent calls never see each other's state and nothing
 /// outlives the call when it errors or is cancelled.
+///
+/// A call holds a handful of values, so they are kept in a small vector searched by
+/// `TypeId` (no hashing, no allocation for lookups).
 #[derive(Clone, Default)]
 pub struct Extensions {
-    map: Arc<Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>>,
+    map: Arc<Mutex<Slots>>,
 }
 
+type Slots = Vec<(TypeId, Arc<dyn Any + Send + Sync>)>;
+
 impl Extensions {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TypeId, Arc<dyn Any + Send + Sync>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn find(slots: &Slots, id: TypeId) -> Option<usize> {
+        slots.iter().position(|(t, _)| *t == id)
     }
 
     /// Stores `value`, replacing a previous value of the same type (returned).
     pub fn insert<T: Send + Sync + 'static>(&self, value: T) -> Option<Arc<T>> {
-        self.lock()
-            .insert(TypeId::of::<T>(), Arc::new(value))
-            .and_then(|old| old.downcast::<T>().ok())
+        let id = TypeId::of::<T>();
+        let new: Arc<dyn Any + Send + Sync> = Arc::new(value);
+        let mut slots = self.lock();
+        match Self::find(&slots, id) {
+            Some(i) => std::mem::replace(&mut slots[i].1, new).downcast::<T>().ok(),
+            None => {
+                slots.push((id, new));
+                None
+            }
+        }
     }
 
     /// The value of type `T`, if present.
     pub fn get<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
-        self.lock()
-            .get(&TypeId::of::<T>())
-            .cloned()
-            .and_then(|v| v.downcast::<T>().ok())
+        let slots = self.lock();
+        let i = Self::find(&slots, TypeId::of::<T>())?;
+        Arc::clone(&slots[i].1).downcast::<T>().ok()
     }
 
     /// The value of type `T`, inserting `init()` first if absent.
     pub fn get_or_insert_with<T: Send + Sync + 'static>(&self, init: impl FnOnce() -> T) -> Arc<T> {
-        let mut map = self.lock();
-        if let Some(v) = map.get(&TypeId::of::<T>()).cloned()
-            && let Ok(v) = v.downcast::<T>()
+        let id = TypeId::of::<T>();
+        let mut slots = self.lock();
+        if let Some(i) = Self::find(&slots, id)
+            && let Ok(v) = Arc::clone(&slots[i].1).downcast::<T>()
         {
             return v;
         }
         let v = Arc::new(init());
-        map.insert(TypeId::of::<T>(), v.clone());
+        let erased: Arc<dyn Any + Send + Sync> = v.clone();
+        match Self::find(&slots, id) {
+            Some(i) => slots[i].1 = erased,
+            None => slots.push((id, erased)),
+        }
         v
     }
 
     /// Removes and returns the value of type `T`.
     pub fn remove<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
-        self.lock()
-            .remove(&TypeId::of::<T>())
-            .and_then(|v| v.downcast::<T>().ok())
+        let mut slots = self.lock();
+        let i = Self::find(&slots, TypeId::of::<T>())?;
+        slots.swap_remove(i).1.downcast::<T>().ok()
     }
 
     /// Number of stored values.
