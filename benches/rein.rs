@@ -37,6 +37,14 @@ mod dispatch {
         .unwrap()
     }
 
+    fn sync_probe(n: usize, interest: Interest, intervene: bool) -> DispatchProbe {
+        DispatchProbe::new((0..n).map(|_| NoopSync {
+            interest,
+            intervene,
+        }))
+        .unwrap()
+    }
+
     fn run(bencher: Bencher, probe: DispatchProbe) {
         let tool_use = ToolUse::new("call_1", "add", serde_json::json!({"a": 1, "b": 2}));
         bencher.bench_local(|| {
@@ -69,6 +77,17 @@ mod dispatch {
     fn intervening(bencher: Bencher, n: usize) {
         run(bencher, probe(n, Interest::ALL, true));
     }
+
+    /// As `observing`, with `SyncHook`s (no future per call).
+    #[divan::bench(args = N)]
+    fn observing_sync(bencher: Bencher, n: usize) {
+        run(bencher, sync_probe(n, Interest::ALL, false));
+    }
+
+    #[divan::bench(args = N)]
+    fn intervening_sync(bencher: Bencher, n: usize) {
+        run(bencher, sync_probe(n, Interest::ALL, true));
+    }
 }
 
 /// W1: one call = tool-call turn → tool → final text turn, fresh session each call.
@@ -82,10 +101,19 @@ mod w1 {
         bencher.bench_local(|| rt.block_on(w1_call(&agent)));
     }
 
+    /// Ten `async fn` hooks that count the call and return.
     #[divan::bench]
     fn noop_hooks_10_every_event(bencher: Bencher) {
         let rt = runtime();
         let agent = w1_agent(10);
+        bencher.bench_local(|| rt.block_on(w1_call(&agent)));
+    }
+
+    /// The same ten hooks written as `SyncHook`s.
+    #[divan::bench]
+    fn noop_sync_hooks_10_every_event(bencher: Bencher) {
+        let rt = runtime();
+        let agent = w1_sync_agent(10);
         bencher.bench_local(|| rt.block_on(w1_call(&agent)));
     }
 

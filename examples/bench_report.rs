@@ -1,12 +1,14 @@
 //! Run with: cargo run --release --example bench_report
 //!
 //! A quick performance report (well under a minute in release mode): W1 per call with
-//! no hooks, with 10 no-op hooks on every event and with the production hook set;
+//! no hooks, with 10 no-op hooks on every event (written as `async fn` hooks, and as
+//! `SyncHook`s) and with the production hook set;
 //! an unsubscribed event; history scaling; masking throughput; W2 (1,000 concurrent W1
 //! calls) wall time and peak RSS, each W2 mode measured in a child process so its peak
 //! memory is its own. Ratios compare measurements interleaved in this run. The last
 //! line is machine-readable:
-//! `w1_us=<median> hooks10_ratio=<x> unsubscribed_ns=<y> w2_rss_mb=<z>`.
+//! `w1_us=<median> hooks10_ratio=<x> unsubscribed_ns=<y> w2_rss_mb=<z>`, where
+//! `hooks10_ratio` is the `async fn` hooks' ratio (the conservative one).
 //!
 //! In a debug build (as CI runs every example) it runs a tiny version and says so: the
 //! numbers are then not meaningful.
@@ -29,18 +31,16 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median µs per call over `rounds` batches of `batch` calls of each agent: the plain
-/// and the 10-hook agents, and a production-hook-set agent rebuilt every round (its
-/// in-memory audit sink keeps every record). Batches are interleaved so load changes
-/// hit all three alike.
+/// Median µs per call over `rounds` batches of `batch` calls of each agent, batches
+/// interleaved so load changes hit all alike: [no hooks, 10 async no-op hooks, 10 sync
+/// no-op hooks, production hook set].
 fn interleaved(
     rt: &tokio::runtime::Runtime,
-    plain: &Agent,
-    hooked: &Agent,
+    agents: &[&Agent; 4],
     rounds: usize,
     batch: usize,
-) -> [f64; 3] {
-    let mut samples: [Vec<f64>; 3] = Default::default();
+) -> [f64; 4] {
+    let mut samples: [Vec<f64>; 4] = Default::default();
     let time = |agent: &Agent| {
         let t = Instant::now();
         for _ in 0..batch {
@@ -49,8 +49,7 @@ fn interleaved(
         t.elapsed().as_secs_f64() * 1e6 / batch as f64
     };
     for round in 0..=rounds {
-        let production = w1_production_agent();
-        let measured = [time(plain), time(hooked), time(&production)];
+        let measured = agents.map(time);
         if round > 0 {
             for (s, m) in samples.iter_mut().zip(measured) {
                 s.push(m);
@@ -186,7 +185,15 @@ fn main() {
     let (rounds, batch) = if DEBUG { (3, 20) } else { (41, 500) };
     let plain = w1_agent(0);
     let hooked = w1_agent(10);
-    let w1 = interleaved(&rt, &plain, &hooked, rounds, batch);
+    let hooked_sync = w1_sync_agent(10);
+    let production = w1_production_agent();
+    let w1 = interleaved(
+        &rt,
+        &[&plain, &hooked, &hooked_sync, &production],
+        rounds,
+        batch,
+    );
+    let invocations = hook_calls_per_w1(&rt, 10, if DEBUG { 5 } else { 1000 });
     let (h0, h1000) = history_ratio(&rt, if DEBUG { 2 } else { 21 }, if DEBUG { 5 } else { 50 });
     let unsub = unsubscribed_ns();
     let mask = masking_mb_s();
@@ -197,15 +204,25 @@ fn main() {
     println!("{:<52} {:>9.2} µs", "W1 per call, no hooks", w1[0]);
     println!(
         "{:<52} {:>9.2} µs ({:.2}x)",
-        "W1 per call, 10 no-op hooks on every event",
+        "W1 per call, 10 no-op hooks on every event (async)",
         w1[1],
         w1[1] / w1[0]
     );
     println!(
         "{:<52} {:>9.2} µs ({:.2}x)",
-        "W1 per call, production hook set",
+        "W1 per call, 10 no-op SyncHooks on every event",
         w1[2],
         w1[2] / w1[0]
+    );
+    println!(
+        "{:<52} {:>9.1}",
+        "  hook invocations per call with 10 hooks", invocations
+    );
+    println!(
+        "{:<52} {:>9.2} µs ({:.2}x)",
+        "W1 per call, production hook set",
+        w1[3],
+        w1[3] / w1[0]
     );
     println!(
         "{:<52} {:>9.2} ns",

@@ -102,7 +102,7 @@ pub use hook::{
     ActingChunkEvent, ErrorEvent, EventKind, FailurePolicy, Hook, HookError, HookEvent,
     HookRegistry, Interest, IntoHook, PostActingEvent, PostCallEvent, PostReasoningEvent,
     PostSummaryEvent, PreActingEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent,
-    ReasoningChunkEvent, SummaryChunkEvent,
+    ReasoningChunkEvent, SummaryChunkEvent, SyncHook,
 };
 pub use message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
 #[cfg(feature = "anthropic")]

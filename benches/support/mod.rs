@@ -62,7 +62,7 @@ pub fn add_tool() -> FunctionTool {
 pub static HOOK_HITS: AtomicU64 = AtomicU64::new(0);
 
 /// A hook that does nothing (observing) or rewrites the tool input to itself plus a
-/// field (intervening).
+/// field (intervening). Written the default way: an `async fn`.
 pub struct Noop {
     pub interest: Interest,
     pub intervene: bool,
@@ -73,16 +73,54 @@ impl Hook for Noop {
         self.interest
     }
     async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
-        HOOK_HITS.fetch_add(1, Ordering::Relaxed);
-        if self.intervene
-            && let HookEvent::PreActing(e) = event
-        {
-            let mut u = e.tool_use().clone();
-            u.input["b"] = json!(2);
-            e.set_tool_use(u);
-        }
+        intervene(self.intervene, event);
         Ok(())
     }
+}
+
+/// [`Noop`] as a [`SyncHook`]: the same work, called without a future.
+pub struct NoopSync {
+    pub interest: Interest,
+    pub intervene: bool,
+}
+
+impl SyncHook for NoopSync {
+    fn interest(&self) -> Interest {
+        self.interest
+    }
+    fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        intervene(self.intervene, event);
+        Ok(())
+    }
+}
+
+fn intervene(on: bool, event: &mut HookEvent) {
+    if on && let HookEvent::PreActing(e) = event {
+        let mut u = e.tool_use().clone();
+        u.input["b"] = json!(2);
+        e.set_tool_use(u);
+    }
+}
+
+/// Counts its invocations in [`HOOK_HITS`] (an atomic add per call, as the peers'
+/// harness does): proves how many hook calls a workload makes.
+pub struct Counting;
+
+impl Hook for Counting {
+    async fn on_event(&self, _event: &mut HookEvent) -> Result<(), HookError> {
+        HOOK_HITS.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Hook invocations per W1 call with `hooks` counting hooks on every event.
+pub fn hook_calls_per_w1(rt: &tokio::runtime::Runtime, hooks: usize, calls: u64) -> f64 {
+    let agent = w1_agent_with(hooks, || Counting);
+    let before = HOOK_HITS.load(Ordering::Relaxed);
+    for _ in 0..calls {
+        rt.block_on(w1_call(&agent));
+    }
+    (HOOK_HITS.load(Ordering::Relaxed) - before) as f64 / calls as f64
 }
 
 pub fn runtime() -> tokio::runtime::Runtime {
@@ -110,16 +148,28 @@ pub fn base_builder() -> AgentBuilder {
         .without_global_hooks()
 }
 
-/// The W1 agent with `hooks` no-op hooks subscribed to every event.
+/// The W1 agent with `hooks` hooks made by `make`.
+pub fn w1_agent_with<H: IntoHook>(hooks: usize, make: impl Fn() -> H) -> Agent {
+    (0..hooks)
+        .fold(base_builder(), |b, _| b.hook(make()))
+        .build()
+        .unwrap()
+}
+
+/// The W1 agent with `hooks` no-op hooks ([`Noop`]) subscribed to every event.
 pub fn w1_agent(hooks: usize) -> Agent {
-    let mut b = base_builder();
-    for _ in 0..hooks {
-        b = b.hook(Noop {
-            interest: Interest::ALL,
-            intervene: false,
-        });
-    }
-    b.build().unwrap()
+    w1_agent_with(hooks, || Noop {
+        interest: Interest::ALL,
+        intervene: false,
+    })
+}
+
+/// The W1 agent with `hooks` sync no-op hooks ([`NoopSync`]) subscribed to every event.
+pub fn w1_sync_agent(hooks: usize) -> Agent {
+    w1_agent_with(hooks, || NoopSync {
+        interest: Interest::ALL,
+        intervene: false,
+    })
 }
 
 /// One W1 call on a fresh session (forgotten afterwards, as a stateless call would be).
@@ -211,7 +261,8 @@ pub fn production_hooks() -> rein::hooks::Hooks {
     .unwrap();
     config
         .build_with(
-            rein::hooks::HookServices::new().audit_sink(rein::hooks::MemoryAuditSink::new()),
+            rein::hooks::HookServices::new()
+                .audit_sink(rein::hooks::MemoryAuditSink::bounded(1024)),
         )
         .unwrap()
 }
@@ -231,7 +282,8 @@ pub fn w1_single_hook_agent(which: &str) -> Agent {
     let config: rein::hooks::HooksConfig = serde_json::from_value(cfg).unwrap();
     config
         .build_with(
-            rein::hooks::HookServices::new().audit_sink(rein::hooks::MemoryAuditSink::new()),
+            rein::hooks::HookServices::new()
+                .audit_sink(rein::hooks::MemoryAuditSink::bounded(1024)),
         )
         .unwrap()
         .install(base_builder())

@@ -4,9 +4,10 @@ use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{FutureExt, StreamExt};
 use serde_json::Value;
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::UnboundedSender as EventSender;
 
 use super::memory::{CallMemory, Persistence, SessionKey};
 use super::stream::AgentEvent;
@@ -42,7 +43,7 @@ const REDONE: &str = "not executed: reasoning was redone";
 const SUPERSEDED: &str =
     "not executed: the conversation continued with new input before this tool ran";
 
-type Sink = UnboundedSender<AgentEvent>;
+type Sink = EventSender<AgentEvent>;
 
 fn emit(sink: Option<&Sink>, event: impl FnOnce() -> AgentEvent) {
     if let Some(tx) = sink {
@@ -631,7 +632,9 @@ impl Call<'_> {
             Option<UnboundedSender<ProgressChunk>>,
             Option<UnboundedReceiver<ProgressChunk>>,
         ) = if listen {
-            let (tx, rx) = unbounded_channel();
+            // futures' channel: creating it is one small allocation (tokio's allocates
+            // a 32-slot block up front), and most tools never report progress.
+            let (tx, rx) = unbounded();
             (Some(tx), Some(rx))
         } else {
             (None, None)
@@ -657,7 +660,7 @@ impl Call<'_> {
                         tokio::select! {
                             biased;
                             out = &mut group => break out,
-                            Some(chunk) = rx.recv() => self.progress(planned, chunk).await,
+                            Some(chunk) = rx.next() => self.progress(planned, chunk).await,
                         }
                     };
                     while let Ok(chunk) = rx.try_recv() {

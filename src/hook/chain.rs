@@ -20,6 +20,8 @@ pub(crate) struct HookEntry {
     pub(crate) interest: Interest,
     pub(crate) policy: FailurePolicy,
     pub(crate) timeout: Option<Duration>,
+    /// A [`SyncHook`](super::SyncHook): called without a future.
+    pub(crate) sync: bool,
     /// Whether subagents inherit this hook.
     pub(crate) propagate: bool,
 }
@@ -66,12 +68,19 @@ impl HookChain {
             let name: Arc<str> = Arc::from(hook.name());
             hook.validate()
                 .map_err(|e| BuildError::invalid_hook(&name, e.to_string()))?;
+            let sync = hook.is_sync();
             entries.push(HookEntry {
                 name,
                 priority: hook.priority(),
                 interest: hook.interest(),
                 policy: hook.failure_policy(),
-                timeout: hook.timeout().or(default_timeout),
+                // A sync hook cannot be suspended, so no timeout can apply to it.
+                timeout: if sync {
+                    None
+                } else {
+                    hook.timeout().or(default_timeout)
+                },
+                sync,
                 propagate: hook.propagate_to_subagents(),
                 registered: reg,
             });
@@ -126,59 +135,118 @@ impl HookChain {
     /// Calls every hook subscribed to the event's kind, in order. Returns the first
     /// failure of an [`FailurePolicy::Abort`] hook on a non-notification event; other
     /// failures are logged.
+    ///
+    /// Panics are caught once per event, not once per hook: the chain records the index
+    /// of the hook it is calling in the event before calling it, so a caught panic is
+    /// attributed to that hook, handled per its policy, and dispatch resumes with the
+    /// next hook. The common path (no hook panics) pays for one unwind guard per event.
     pub(crate) async fn dispatch(&self, event: &mut HookEvent) -> Result<(), Error> {
         let kind = event.kind();
-        for &i in &self.by_kind[kind as usize] {
-            let entry = &self.entries[usize::from(i)];
-            event.meta_mut().current = Some(i);
-            let outcome = call_guarded(entry, event).await;
-            if let Err(failure) = outcome {
-                #[cfg(feature = "metrics")]
-                crate::observe::metrics_impl::hook_error(&entry.name, kind.as_str());
-                if kind.is_notification() || entry.policy == FailurePolicy::Ignore {
-                    tracing::warn!(
-                        hook = &*entry.name,
-                        event = kind.as_str(),
-                        error = %failure,
-                        "hook failed; continuing (ignore policy or notification event)"
-                    );
-                } else {
-                    event.meta_mut().current = None;
-                    return Err(Error::hook(Arc::clone(&entry.name), kind, failure));
+        let list = &self.by_kind[kind as usize];
+        // A reused event (chunks) gets a fresh timestamp per dispatch.
+        event.meta_mut().stamp = std::sync::OnceLock::new();
+        let mut from = 0;
+        while from < list.len() {
+            let run = AssertUnwindSafe(self.run_hooks(event, list, from))
+                .catch_unwind()
+                .await;
+            let (at, failure) = match run {
+                Ok(None) => break,
+                Ok(Some(failed)) => failed,
+                Err(payload) => {
+                    let current = event.meta_mut().current;
+                    let at = list
+                        .iter()
+                        .position(|&i| Some(i) == current)
+                        .unwrap_or(from);
+                    (
+                        at,
+                        HookFailure::Panic(crate::util::panic_message(&*payload)),
+                    )
                 }
+            };
+            let entry = &self.entries[usize::from(list[at])];
+            #[cfg(feature = "metrics")]
+            crate::observe::metrics_impl::hook_error(&entry.name, kind.as_str());
+            if kind.is_notification() || entry.policy == FailurePolicy::Ignore {
+                tracing::warn!(
+                    hook = &*entry.name,
+                    event = kind.as_str(),
+                    error = %failure,
+                    "hook failed; continuing (ignore policy or notification event)"
+                );
+            } else {
+                event.meta_mut().current = None;
+                return Err(Error::hook(Arc::clone(&entry.name), kind, failure));
             }
+            from = at + 1;
         }
         event.meta_mut().current = None;
         Ok(())
     }
+
+    /// Runs the hooks at `list[from..]` (entry indexes) in order until one fails;
+    /// returns the failing hook's position in `list` and its failure, or `None` when
+    /// all succeeded. A panic unwinds out of this future to [`HookChain::dispatch`].
+    async fn run_hooks(
+        &self,
+        event: &mut HookEvent,
+        list: &[u16],
+        from: usize,
+    ) -> Option<(usize, HookFailure)> {
+        let mut pos = from;
+        loop {
+            let &i = list.get(pos)?;
+            if self.entries[usize::from(i)].sync {
+                // Runs of sync hooks go through a plain loop (its state stays in
+                // registers); only an async hook makes this future suspend.
+                pos = match self.run_sync(event, list, pos) {
+                    SyncRun::Done => return None,
+                    SyncRun::Failed(at, failure) => return Some((at, failure)),
+                    SyncRun::Async(at) => at,
+                };
+            }
+            let at = pos;
+            let entry = &self.entries[usize::from(list[at])];
+            event.meta_mut().current = Some(list[at]);
+            let fut = entry.hook().on_event_erased(event);
+            let outcome = match entry.timeout {
+                None => fut.await.map_err(HookFailure::Error),
+                Some(limit) => match tokio::time::timeout(limit, fut).await {
+                    Ok(outcome) => outcome.map_err(HookFailure::Error),
+                    Err(_) => Err(HookFailure::Timeout(limit)),
+                },
+            };
+            if let Err(failure) = outcome {
+                return Some((at, failure));
+            }
+            pos = at + 1;
+        }
+    }
+
+    /// Calls the sync hooks of `list[from..]` until the first async hook, a failure
+    /// or the end.
+    fn run_sync(&self, event: &mut HookEvent, list: &[u16], from: usize) -> SyncRun {
+        for (at, &i) in list.iter().enumerate().skip(from) {
+            let entry = &self.entries[usize::from(i)];
+            if !entry.sync {
+                return SyncRun::Async(at);
+            }
+            event.meta_mut().current = Some(i);
+            if let Err(e) = entry.hook().on_event_sync(event) {
+                return SyncRun::Failed(at, HookFailure::Error(e));
+            }
+        }
+        SyncRun::Done
+    }
 }
 
-/// Runs one hook on the event, turning a panic or a timeout into a failure.
-///
-/// The hook's future is created under `catch_unwind` (a hook may panic before
-/// returning it) and polled under `catch_unwind`; no wrapper future is built around it,
-/// so an inline-erased future is not copied again.
-async fn call_guarded(entry: &HookEntry, event: &mut HookEvent) -> Result<(), HookFailure> {
-    let create = move || {
-        // Moving the reference in makes the closure `FnOnce`, so the future may borrow
-        // the event for as long as it lives.
-        let event = event;
-        entry.hook().on_event_erased(event)
-    };
-    let fut = match std::panic::catch_unwind(AssertUnwindSafe(create)) {
-        Ok(fut) => AssertUnwindSafe(fut).catch_unwind(),
-        Err(payload) => return Err(HookFailure::Panic(crate::util::panic_message(&*payload))),
-    };
-    let caught = match entry.timeout {
-        None => fut.await,
-        Some(limit) => match tokio::time::timeout(limit, fut).await {
-            Ok(caught) => caught,
-            Err(_) => return Err(HookFailure::Timeout(limit)),
-        },
-    };
-    match caught {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(HookFailure::Error(e)),
-        Err(payload) => Err(HookFailure::Panic(crate::util::panic_message(&*payload))),
-    }
+/// Where a run of sync hooks stopped.
+enum SyncRun {
+    /// Every remaining hook ran.
+    Done,
+    /// The hook at this position failed.
+    Failed(usize, HookFailure),
+    /// The hook at this position is async.
+    Async(usize),
 }

@@ -1,6 +1,8 @@
 //! Event payloads: one struct per [`EventKind`], each with the mutators its event allows.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use tokio::time::Instant;
 
 use crate::agent::{AgentInfo, RunContext, StopReason};
 use crate::error::Error;
@@ -27,7 +29,7 @@ pub(crate) struct CallInfo {
 
 /// What every event carries: who is running, in which call, and which hook is being
 /// called. Cloning it for an event costs one reference count.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct EventMeta {
     pub(crate) call: Arc<CallInfo>,
     /// Index of the hook currently being called (set by the chain).
@@ -36,6 +38,23 @@ pub(crate) struct EventMeta {
     pub(crate) mode: TrailMode,
     /// Decisions made during this dispatch; drained by the loop afterwards.
     pub(crate) trail: Vec<Decision>,
+    /// The event's timestamp, read from the clock on first request; reset by the
+    /// chain at the start of every dispatch.
+    pub(crate) stamp: OnceLock<Instant>,
+}
+
+impl Clone for EventMeta {
+    /// A header for a new event of the same call: no hook running, no decisions, no
+    /// timestamp yet.
+    fn clone(&self) -> Self {
+        Self {
+            call: Arc::clone(&self.call),
+            current: None,
+            mode: self.mode,
+            trail: Vec::new(),
+            stamp: OnceLock::new(),
+        }
+    }
 }
 
 impl EventMeta {
@@ -54,7 +73,14 @@ impl EventMeta {
             current: None,
             mode,
             trail: Vec::new(),
+            stamp: OnceLock::new(),
         }
+    }
+
+    /// The event's timestamp (see [`HookEvent::timestamp`]).
+    #[inline]
+    pub(crate) fn timestamp(&self) -> Instant {
+        *self.stamp.get_or_init(Instant::now)
     }
 
     /// The hook currently being called.
@@ -118,6 +144,11 @@ macro_rules! meta_accessors {
             pub fn context(&self) -> &RunContext {
                 &self.meta.call.ctx
             }
+
+            /// See [`HookEvent::timestamp`].
+            pub fn timestamp(&self) -> Instant {
+                self.meta.timestamp()
+            }
         }
     )*};
 }
@@ -139,6 +170,7 @@ meta_accessors!(
 
 /// Fires once per call, before anything else.
 #[derive(Debug)]
+#[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
 pub struct PreCallEvent {
     pub(crate) meta: EventMeta,
     pub(crate) messages: Vec<Msg>,
@@ -204,6 +236,7 @@ impl PreCallEvent {
 
 /// Fires before each reasoning model call.
 #[derive(Debug)]
+#[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
 pub struct PreReasoningEvent {
     pub(crate) meta: EventMeta,
     pub(crate) messages: Messages,
@@ -277,6 +310,7 @@ impl PreReasoningEvent {
 
 /// Fires for each chunk the model streams during reasoning. Read-only.
 #[derive(Debug)]
+#[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
 pub struct ReasoningChunkEvent {
     pub(crate) meta: EventMeta,
     pub(crate) chunk: ModelChunk,
@@ -298,6 +332,7 @@ impl ReasoningChunkEvent {
 
 /// Fires after each reasoning model call, before the message is stored.
 #[derive(Debug)]
+#[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
 pub struct PostReasoningEvent {
     pub(crate) meta: EventMeta,
     pub(crate) message: Msg,
@@ -404,6 +439,7 @@ pub(crate) struct Denial {
 
 /// Fires once per tool call, in call order, before any tool of the turn runs.
 #[derive(Debug)]
+#[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
 pub struct PreActingEvent {
     pub(crate) meta: EventMeta,
     pub(crate) tool_use: ToolUse,
@@ -498,6 +534,7 @@ impl PreActingEvent {
 /// Fires for each progress chunk a running tool emits. Read-only; never sent to the
 /// model.
 #[derive(Debug)]
+#[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
 pub struct ActingChunkEvent {
     pub(crate) meta: EventMeta,
     pub(crate) tool_use: ToolUse,
@@ -519,6 +556,7 @@ impl ActingChunkEvent {
 /// Fires once per tool call, in call order, after the turn's tools ran and before the
 /// result is stored.
 #[derive(Debug)]
+#[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
 pub struct PostActingEvent {
     pub(crate) meta: EventMeta,
     pub(crate) tool_use: ToolUse,
@@ -594,6 +632,7 @@ impl PostActingEvent {
 
 /// Fires before the summary model call, when the iteration limit is reached.
 #[derive(Debug)]
+#[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
 pub struct PreSummaryEvent {
     pub(crate) meta: EventMeta,
     pub(crate) messages: Messages,
@@ -658,6 +697,7 @@ impl PreSummaryEvent {
 
 /// Fires for each chunk the model streams during the summary. Read-only.
 #[derive(Debug)]
+#[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
 pub struct SummaryChunkEvent {
     pub(crate) meta: EventMeta,
     pub(crate) chunk: ModelChunk,
@@ -678,6 +718,7 @@ impl SummaryChunkEvent {
 
 /// Fires after the summary model call, before the summary is stored and returned.
 #[derive(Debug)]
+#[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
 pub struct PostSummaryEvent {
     pub(crate) meta: EventMeta,
     pub(crate) message: Msg,
@@ -711,6 +752,7 @@ impl PostSummaryEvent {
 
 /// Fires once per successful call, after the reply is final and stored.
 #[derive(Debug)]
+#[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
 pub struct PostCallEvent {
     pub(crate) meta: EventMeta,
     pub(crate) message: Msg,
@@ -762,6 +804,7 @@ impl PostCallEvent {
 
 /// Fires when the call fails, before the error is returned. Read-only.
 #[derive(Debug)]
+#[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
 pub struct ErrorEvent {
     pub(crate) meta: EventMeta,
     pub(crate) error: Error,
@@ -790,6 +833,9 @@ fn options_text(o: &GenerateOptions) -> String {
 /// mutators.
 #[derive(Debug)]
 #[non_exhaustive]
+// Tag, then every payload at the same offset (with `meta` first in each): the header
+// the chain touches per hook is reached without a branch on the variant.
+#[repr(u8)]
 pub enum HookEvent {
     /// See [`PreCallEvent`].
     PreCall(PreCallEvent),
@@ -863,6 +909,16 @@ impl HookEvent {
     /// The run context of the call.
     pub fn context(&self) -> &RunContext {
         each_event!(self, e => &e.meta.call.ctx)
+    }
+
+    /// When this event happened, on tokio's clock (so paused test time applies): read
+    /// from the clock the first time any hook asks during a dispatch of the event, and
+    /// the same value for every later hook of that dispatch. Hooks that time segments
+    /// (latency, audit durations) use it so that they agree with each other and an
+    /// event costs at most one clock read, however many hooks look at it. A chunk
+    /// event is re-stamped for each chunk.
+    pub fn timestamp(&self) -> Instant {
+        each_event!(self, e => e.meta.timestamp())
     }
 
     pub(crate) fn meta_mut(&mut self) -> &mut EventMeta {

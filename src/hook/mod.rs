@@ -28,12 +28,14 @@
 //! (`ReasoningChunk`, `ActingChunk`, `SummaryChunk`) and on the `Error` event are
 //! always logged and never affect the loop.
 //!
-//! # Erasure
+//! # Erasure and cost
 //! `Hook` uses a native `async fn` (return-position `impl Future + Send`), so it is not
 //! object-safe. The chain stores hooks behind a private twin trait that erases each
 //! hook's future at that single boundary, only for hooks subscribed to the event being
-//! dispatched: a future of up to 64 bytes is stored inline (no allocation — typical for
-//! hooks that decide without awaiting I/O), a larger one is boxed.
+//! dispatched: a future of up to 64 bytes is stored inline (no allocation), a larger
+//! one is boxed. A [`SyncHook`] — a hook that never awaits — skips futures entirely:
+//! the chain calls it like a plain virtual function. Panics are caught once per event
+//! (not per hook) and attributed to the hook that was running.
 
 mod chain;
 mod event;
@@ -134,6 +136,125 @@ pub trait Hook: Send + Sync + 'static {
     /// error is handled per [`Hook::failure_policy`].
     fn on_event(&self, event: &mut HookEvent)
     -> impl Future<Output = Result<(), HookError>> + Send;
+
+    /// Set by the blanket implementation for [`SyncHook`]s only: the chain then calls
+    /// [`Hook::__rein_on_event_sync`] instead of creating a future. Not for overriding.
+    #[doc(hidden)]
+    const __REIN_SYNC: bool = false;
+
+    /// The synchronous handler of a [`SyncHook`]; never called for other hooks. Not for
+    /// overriding.
+    #[doc(hidden)]
+    fn __rein_on_event_sync(&self, _event: &mut HookEvent) -> Result<(), HookError> {
+        Ok(())
+    }
+}
+
+/// A hook that handles every event without awaiting: the fast way to write the many
+/// hooks that decide from the event alone (guards, rewrites, masking, counters).
+///
+/// Every `SyncHook` is a [`Hook`] (a blanket implementation forwards each setting), so
+/// it is registered, ordered, deduplicated, inherited by subagents and fails exactly
+/// like one. The difference is the call: the chain calls
+/// [`SyncHook::on_event`] directly — no future is created, nothing is erased or
+/// allocated — which makes an invocation cost about as much as a virtual call. Panics
+/// are caught as for any hook. Because the call cannot be suspended, no timeout
+/// applies ([`Hook::timeout`] is `None` and the agent's hook timeout is not used): a
+/// sync hook must not block. Use [`Hook`] for anything that waits (I/O, a human, a
+/// lock held across other work).
+///
+/// ```
+/// use rein::{EventKind, HookError, HookEvent, Interest, SyncHook};
+///
+/// struct NoRefunds;
+///
+/// impl SyncHook for NoRefunds {
+///     fn priority(&self) -> i32 { 20 }
+///     fn interest(&self) -> Interest { Interest::only(EventKind::PreActing) }
+///     fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+///         if let HookEvent::PreActing(e) = event
+///             && e.tool_use().name == "issue_refund"
+///         {
+///             e.deny("refunds need a human");
+///         }
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait SyncHook: Send + Sync + 'static {
+    /// As [`Hook::name`]: the type's name without its module path by default.
+    fn name(&self) -> &str {
+        short_type_name(std::any::type_name::<Self>())
+    }
+
+    /// As [`Hook::priority`]: lower runs first. Default 100.
+    fn priority(&self) -> i32 {
+        100
+    }
+
+    /// As [`Hook::interest`]: read once, when the agent is built. Default: every kind.
+    fn interest(&self) -> Interest {
+        Interest::ALL
+    }
+
+    /// As [`Hook::failure_policy`]. Default [`FailurePolicy::Abort`].
+    fn failure_policy(&self) -> FailurePolicy {
+        FailurePolicy::Abort
+    }
+
+    /// As [`Hook::propagate_to_subagents`]. Default `true`.
+    fn propagate_to_subagents(&self) -> bool {
+        true
+    }
+
+    /// As [`Hook::validate`]. Default: always valid.
+    fn validate(&self) -> Result<(), HookError> {
+        Ok(())
+    }
+
+    /// As [`Hook::tools`]. Default: none.
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        Vec::new()
+    }
+
+    /// Handles one event, synchronously. Mutate the event through its payload's
+    /// methods. Returning an error is handled per [`SyncHook::failure_policy`].
+    fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError>;
+}
+
+impl<T: SyncHook> Hook for T {
+    fn name(&self) -> &str {
+        SyncHook::name(self)
+    }
+    fn priority(&self) -> i32 {
+        SyncHook::priority(self)
+    }
+    fn interest(&self) -> Interest {
+        SyncHook::interest(self)
+    }
+    fn failure_policy(&self) -> FailurePolicy {
+        SyncHook::failure_policy(self)
+    }
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+    fn propagate_to_subagents(&self) -> bool {
+        SyncHook::propagate_to_subagents(self)
+    }
+    fn validate(&self) -> Result<(), HookError> {
+        SyncHook::validate(self)
+    }
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        SyncHook::tools(self)
+    }
+    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        SyncHook::on_event(self, event)
+    }
+    const __REIN_SYNC: bool = true;
+    #[inline]
+    fn __rein_on_event_sync(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        SyncHook::on_event(self, event)
+    }
 }
 
 /// `a::b::Foo<c::D>` → `Foo<c::D>`.
@@ -362,6 +483,9 @@ pub(crate) type ErasedHookFuture<'a> =
 /// The object-safe twin of [`Hook`]: the one place hook futures are erased.
 pub(crate) trait DynHook: Send + Sync + 'static {
     fn on_event_erased<'a>(&'a self, event: &'a mut HookEvent) -> ErasedHookFuture<'a>;
+    /// Whether this is a [`SyncHook`] (call [`DynHook::on_event_sync`] instead).
+    fn is_sync(&self) -> bool;
+    fn on_event_sync(&self, event: &mut HookEvent) -> Result<(), HookError>;
     fn name(&self) -> &str;
     fn priority(&self) -> i32;
     fn interest(&self) -> Interest;
@@ -375,6 +499,12 @@ pub(crate) trait DynHook: Send + Sync + 'static {
 impl<H: Hook> DynHook for H {
     fn on_event_erased<'a>(&'a self, event: &'a mut HookEvent) -> ErasedHookFuture<'a> {
         stackfuture::StackFuture::from_or_box(Hook::on_event(self, event))
+    }
+    fn is_sync(&self) -> bool {
+        H::__REIN_SYNC
+    }
+    fn on_event_sync(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        Hook::__rein_on_event_sync(self, event)
     }
     fn name(&self) -> &str {
         Hook::name(self)

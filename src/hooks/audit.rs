@@ -1,19 +1,19 @@
 //! [`AuditHook`] and the [`AuditSink`]s it writes structured [`AuditRecord`]s to.
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::fmt;
 use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::masker::SensitiveDataMasker;
@@ -234,45 +234,73 @@ pub trait AuditSink: Send + Sync + 'static {
 }
 
 /// Keeps records in memory, for tests and inspection. Clones share the records.
+///
+/// [`MemoryAuditSink::new`] keeps every record; [`MemoryAuditSink::bounded`] keeps the
+/// newest `n` (a ring: the oldest record is dropped when a new one arrives at the
+/// limit), for long-running processes that expose recent decisions.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryAuditSink {
-    records: Arc<Mutex<Vec<AuditRecord>>>,
+    records: Arc<Mutex<VecDeque<AuditRecord>>>,
+    /// At most this many records are kept (`None`: no limit).
+    limit: Option<usize>,
 }
 
 impl MemoryAuditSink {
-    /// An empty sink.
+    /// An empty sink that keeps every record.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The records written so far, in order.
-    pub fn records(&self) -> Vec<AuditRecord> {
-        self.records
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+    /// An empty sink that keeps the newest `limit` records. A limit of 0 keeps none
+    /// (every write succeeds and is forgotten).
+    pub fn bounded(limit: usize) -> Self {
+        Self {
+            records: Arc::new(Mutex::new(VecDeque::with_capacity(limit.min(4096)))),
+            limit: Some(limit),
+        }
     }
 
-    /// The kinds of the records written so far, in order.
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<AuditRecord>> {
+        self.records.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The records kept, oldest first.
+    pub fn records(&self) -> Vec<AuditRecord> {
+        self.lock().iter().cloned().collect()
+    }
+
+    /// The kinds of the records kept, oldest first.
     pub fn kinds(&self) -> Vec<AuditKind> {
-        self.records().iter().map(|r| r.kind).collect()
+        self.lock().iter().map(|r| r.kind).collect()
+    }
+
+    /// How many records are kept.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no record is kept.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
     }
 
     /// Forgets every record.
     pub fn clear(&self) {
-        self.records
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.lock().clear();
     }
 }
 
 impl AuditSink for MemoryAuditSink {
     fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditSinkError>> {
-        self.records
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(record.clone());
+        if self.limit != Some(0) {
+            let mut records = self.lock();
+            if let Some(limit) = self.limit
+                && records.len() >= limit
+            {
+                records.pop_front();
+            }
+            records.push_back(record.clone());
+        }
         Box::pin(async { Ok(()) })
     }
 }
@@ -443,11 +471,6 @@ impl Counters {
     }
 }
 
-enum Command {
-    Record(Box<AuditRecord>),
-    Flush(oneshot::Sender<Result<(), AuditSinkError>>),
-}
-
 /// Writes one record, turning a failure or a panic into a counted drop.
 async fn deliver(sink: &dyn AuditSink, record: &AuditRecord, counters: &Counters) {
     match AssertUnwindSafe(async { sink.write(record).await })
@@ -475,17 +498,124 @@ async fn flush_sink(sink: &dyn AuditSink) -> Result<(), AuditSinkError> {
         })
 }
 
-async fn worker(
-    mut rx: mpsc::Receiver<Command>,
+/// The queue between the hook and the writer task, under one lock.
+#[derive(Default)]
+struct Queue {
+    /// Records handed over and not yet taken by the writer, oldest first.
+    records: VecDeque<AuditRecord>,
+    /// Records accepted so far (queued or written directly).
+    submitted: u64,
+    /// Records the writer (or a direct write) finished, written or dropped.
+    done: u64,
+    /// A writer task exists for this queue.
+    worker: bool,
+    /// The writer found the queue empty and waits to be woken.
+    idle: bool,
+}
+
+impl Queue {
+    /// Accepted and not finished: what counts against the capacity.
+    fn in_flight(&self) -> u64 {
+        self.submitted - self.done
+    }
+}
+
+/// Everything the hook and its writer task share.
+struct Shared {
     sink: Arc<dyn AuditSink>,
-    counters: Arc<Counters>,
-) {
-    while let Some(cmd) = rx.recv().await {
-        match cmd {
-            Command::Record(r) => deliver(&*sink, &r, &counters).await,
-            Command::Flush(done) => {
-                let _ = done.send(flush_sink(&*sink).await);
+    capacity: u64,
+    on_full: QueueFull,
+    queue: Mutex<Queue>,
+    /// Wakes an idle writer (one permit: a wake before it waits is not lost).
+    wake_writer: Notify,
+    /// Signalled whenever the writer finished a record (room, and flush progress).
+    finished: Notify,
+    counters: Counters,
+}
+
+/// The writer task's state. Dropping it (the task ends, or its runtime shut down)
+/// marks the writer gone, so the next record spawns a new one, and counts the records
+/// it had taken but not written as dropped.
+struct Writer {
+    shared: Arc<Shared>,
+    /// Records taken from the queue, being written in order.
+    batch: VecDeque<AuditRecord>,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let lost = self.batch.len() as u64;
+        for record in self.batch.drain(..) {
+            self.shared.counters.dropped(
+                "the audit writer stopped before writing the record (its runtime shut down)",
+                record.kind,
+            );
+        }
+        let mut q = self.shared.lock();
+        q.worker = false;
+        q.idle = false;
+        q.done += lost;
+        drop(q);
+        self.shared.finished.notify_waiters();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Spawns the writer on the current tokio runtime if there is none. Returns
+    /// whether a writer exists afterwards (`false` outside a runtime).
+    fn ensure_writer(self: &Arc<Self>, q: &mut Queue) -> bool {
+        if q.worker {
+            return true;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        q.worker = true;
+        q.idle = false;
+        handle.spawn(writer(Writer {
+            shared: Arc::clone(self),
+            batch: VecDeque::new(),
+        }));
+        true
+    }
+
+    /// Marks one record finished and wakes whoever waits for room or a flush.
+    fn finish_one(&self) {
+        self.lock().done += 1;
+        self.finished.notify_waiters();
+    }
+}
+
+/// The writer task: takes every queued record in one batch (one lock, no per-record
+/// wake-up) and writes them in order; sleeps while the queue is empty.
+async fn writer(mut w: Writer) {
+    loop {
+        let sleep = {
+            let mut q = w.shared.lock();
+            if q.records.is_empty() {
+                q.idle = true;
+                true
+            } else {
+                // Swap buffers: both keep their capacity, so a steady stream of
+                // records allocates nothing here.
+                std::mem::swap(&mut q.records, &mut w.batch);
+                false
             }
+        };
+        if sleep {
+            w.shared.wake_writer.notified().await;
+            continue;
+        }
+        // A record leaves the batch only once written: if the task is dropped
+        // mid-write, `Writer::drop` counts it.
+        while let Some(record) = w.batch.front() {
+            deliver(&*w.shared.sink, record, &w.shared.counters).await;
+            w.batch.pop_front();
+            w.shared.finish_one();
         }
     }
 }
@@ -508,105 +638,151 @@ impl Drop for Pending<'_> {
     }
 }
 
+/// What the fast path could not do without waiting.
+enum Blocked {
+    /// `on_full = wait` and the queue is full.
+    Full(Box<AuditRecord>),
+    /// No writer can run (capacity 0, or not on a tokio runtime): write directly.
+    Direct(Box<AuditRecord>),
+}
+
 /// The bounded queue and its background writer.
 struct Pipeline {
-    sink: Arc<dyn AuditSink>,
-    capacity: usize,
-    on_full: QueueFull,
-    tx: Mutex<Option<mpsc::Sender<Command>>>,
-    counters: Arc<Counters>,
+    shared: Arc<Shared>,
 }
 
 impl Pipeline {
-    /// The queue's sender, spawning the writer on the current tokio runtime when there
-    /// is none (or the previous one's runtime is gone). `None` outside a runtime.
-    fn sender(&self) -> Option<mpsc::Sender<Command>> {
-        let mut tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(s) = tx.as_ref().filter(|s| !s.is_closed()) {
-            return Some(s.clone());
+    fn new(sink: Arc<dyn AuditSink>, capacity: usize, on_full: QueueFull) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                sink,
+                capacity: u64::try_from(capacity).unwrap_or(u64::MAX),
+                on_full,
+                queue: Mutex::new(Queue::default()),
+                wake_writer: Notify::new(),
+                finished: Notify::new(),
+                counters: Counters::default(),
+            }),
         }
-        let handle = tokio::runtime::Handle::try_current().ok()?;
-        let (s, rx) = mpsc::channel(self.capacity.max(1));
-        handle.spawn(worker(
-            rx,
-            Arc::clone(&self.sink),
-            Arc::clone(&self.counters),
-        ));
-        *tx = Some(s.clone());
-        Some(s)
     }
 
-    async fn submit(&self, record: AuditRecord) {
-        let kind = record.kind;
-        // If this future is dropped before the record is handed over (an agent-wide
-        // hook timeout while the queue is full, a cancelled call), the loss is counted.
+    fn counters(&self) -> &Counters {
+        &self.shared.counters
+    }
+
+    /// Hands a record over without waiting when possible: one lock, a push, and a
+    /// wake-up only if the writer sleeps. Returns the record when the caller must wait.
+    fn try_submit(&self, record: AuditRecord) -> Result<(), Blocked> {
+        let shared = &self.shared;
+        if shared.capacity == 0 {
+            return Err(Blocked::Direct(Box::new(record)));
+        }
+        let mut q = shared.lock();
+        if !shared.ensure_writer(&mut q) {
+            return Err(Blocked::Direct(Box::new(record)));
+        }
+        if q.in_flight() >= shared.capacity {
+            return match shared.on_full {
+                QueueFull::Wait => Err(Blocked::Full(Box::new(record))),
+                QueueFull::Drop => {
+                    drop(q);
+                    shared.counters.dropped("audit queue full", record.kind);
+                    Ok(())
+                }
+            };
+        }
+        q.records.push_back(record);
+        q.submitted += 1;
+        let wake = std::mem::take(&mut q.idle);
+        drop(q);
+        if wake {
+            shared.wake_writer.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Hands a record over, waiting for room when the queue is full (`on_full =
+    /// wait`). If this future is dropped before the record is handed over (an
+    /// agent-wide hook timeout while the queue is full, a cancelled call), the loss is
+    /// counted.
+    async fn submit_blocked(&self, blocked: Blocked) {
+        let shared = &self.shared;
+        let mut record = match blocked {
+            Blocked::Direct(record) => {
+                shared.lock().submitted += 1;
+                deliver(&*shared.sink, &record, &shared.counters).await;
+                shared.finish_one();
+                return;
+            }
+            Blocked::Full(record) => record,
+        };
         let mut pending = Pending {
-            counters: &self.counters,
-            kind,
+            counters: &shared.counters,
+            kind: record.kind,
             armed: true,
         };
-        self.hand_over(record).await;
+        loop {
+            let room = shared.finished.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            match self.try_submit(*record) {
+                Ok(()) => break,
+                Err(Blocked::Full(back)) => record = back,
+                Err(Blocked::Direct(back)) => {
+                    pending.armed = false;
+                    return Box::pin(self.submit_blocked(Blocked::Direct(back))).await;
+                }
+            }
+            room.await;
+        }
         pending.armed = false;
     }
 
-    async fn hand_over(&self, record: AuditRecord) {
-        let kind = record.kind;
-        if self.capacity == 0 {
-            return deliver(&*self.sink, &record, &self.counters).await;
-        }
-        let mut cmd = Command::Record(Box::new(record));
-        // A closed queue (its runtime shut down) is replaced once.
-        for _ in 0..2 {
-            let Some(tx) = self.sender() else {
-                // Not on a tokio runtime: write directly.
-                if let Command::Record(r) = cmd {
-                    deliver(&*self.sink, &r, &self.counters).await;
-                }
-                return;
-            };
-            let sent = match self.on_full {
-                QueueFull::Wait => tx.send(cmd).await.map_err(|e| e.0),
-                QueueFull::Drop => match tx.try_send(cmd) {
-                    Ok(()) => Ok(()),
-                    Err(mpsc::error::TrySendError::Full(_)) => {
-                        return self.counters.dropped("audit queue full", kind);
-                    }
-                    Err(mpsc::error::TrySendError::Closed(c)) => Err(c),
-                },
-            };
-            match sent {
-                Ok(()) => return,
-                Err(back) => cmd = back,
-            }
-        }
-        self.counters.dropped("audit queue closed", kind);
-    }
-
     async fn flush(&self) -> Result<(), AuditSinkError> {
-        let tx = self
-            .tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(tx) = tx.filter(|t| !t.is_closed()) {
-            let (done, wait) = oneshot::channel();
-            if tx.send(Command::Flush(done)).await.is_ok() {
-                return wait.await.unwrap_or_else(|_| {
-                    Err(AuditSinkError::new(
-                        "the audit writer stopped before flushing",
-                    ))
-                });
+        let shared = &self.shared;
+        let target = shared.lock().submitted;
+        loop {
+            let progress = shared.finished.notified();
+            tokio::pin!(progress);
+            progress.as_mut().enable();
+            let left: Vec<AuditRecord> = {
+                let mut q = shared.lock();
+                if q.done >= target {
+                    break;
+                }
+                if !q.worker && !shared.ensure_writer(&mut q) {
+                    // Outside a runtime, with records left by a writer whose runtime
+                    // is gone: write them here.
+                    q.records.drain(..).collect()
+                } else {
+                    Vec::new()
+                }
+            };
+            if left.is_empty() {
+                progress.await;
+            } else {
+                for record in left {
+                    deliver(&*shared.sink, &record, &shared.counters).await;
+                    shared.finish_one();
+                }
             }
         }
-        flush_sink(&*self.sink).await
+        flush_sink(&*shared.sink).await
     }
 }
 
-/// Per-call audit state: when each tool call started and why denied calls were denied.
+/// Per-call audit state: when each open tool call started and why denied calls were
+/// denied, by tool-call id (a handful at a time: scanned, not hashed).
 #[derive(Default)]
 struct AuditRun {
-    started: HashMap<String, Instant>,
-    denials: HashMap<String, (String, Option<String>)>,
+    started: Vec<(String, Instant)>,
+    denials: Vec<(String, (String, Option<String>))>,
+}
+
+/// Removes and returns the value stored under `id`.
+fn take_by_id<V>(entries: &mut Vec<(String, V)>, id: &str) -> Option<V> {
+    let i = entries.iter().position(|(k, _)| k == id)?;
+    Some(entries.swap_remove(i).1)
 }
 
 /// Writes an [`AuditRecord`] for every executed tool call, every denied (blocked) tool
@@ -649,13 +825,7 @@ impl AuditHook {
     pub fn new(config: AuditConfig, masker: SensitiveDataMasker, sink: Arc<dyn AuditSink>) -> Self {
         Self {
             id: next_instance_id(),
-            pipeline: Pipeline {
-                sink,
-                capacity: config.queue_capacity,
-                on_full: config.on_full,
-                tx: Mutex::new(None),
-                counters: Arc::new(Counters::default()),
-            },
+            pipeline: Pipeline::new(sink, config.queue_capacity, config.on_full),
             config,
             masker,
         }
@@ -668,7 +838,7 @@ impl AuditHook {
 
     /// Records written and dropped so far.
     pub fn stats(&self) -> AuditStats {
-        let c = &self.pipeline.counters;
+        let c = self.pipeline.counters();
         AuditStats {
             written: c.written.load(Ordering::Relaxed),
             dropped: c.dropped.load(Ordering::Relaxed),
@@ -708,7 +878,6 @@ impl AuditHook {
     fn record_for(&self, event: &HookEvent) -> Option<AuditRecord> {
         let ctx = event.context();
         let agent = event.agent();
-        let now = Instant::now();
         match event {
             HookEvent::PreCall(_) => {
                 drop(RunStates::reset(
@@ -724,22 +893,26 @@ impl AuditHook {
                 let denial = e
                     .denial_reason()
                     .map(|r| (r.to_owned(), e.denied_by().map(str::to_owned)));
-                RunStates::with(ctx, self.id, &agent.id, AuditRun::default, |run| {
-                    match denial {
-                        Some(d) => run.denials.insert(id, d),
-                        None => {
-                            run.started.insert(id, now);
-                            None
-                        }
-                    };
-                });
+                RunStates::with(
+                    ctx,
+                    self.id,
+                    &agent.id,
+                    AuditRun::default,
+                    |run| match denial {
+                        Some(d) => run.denials.push((id, d)),
+                        None => run.started.push((id, e.timestamp())),
+                    },
+                );
                 None
             }
             HookEvent::PostActing(e) => {
                 let tu = e.tool_use();
                 let (started, denial) =
                     RunStates::<AuditRun>::update(ctx, self.id, &agent.id, |run| {
-                        (run.started.remove(&tu.id), run.denials.remove(&tu.id))
+                        (
+                            take_by_id(&mut run.started, &tu.id),
+                            take_by_id(&mut run.denials, &tu.id),
+                        )
                     })
                     .unwrap_or((None, None));
                 let mut r = AuditRecord::new(
@@ -765,7 +938,7 @@ impl AuditHook {
                     } else {
                         AuditStatus::Ok
                     });
-                    r.duration_ms = started.map(|s| (now - s).as_secs_f64() * 1000.0);
+                    r.duration_ms = started.map(|s| (e.timestamp() - s).as_secs_f64() * 1000.0);
                     r.stop_requested = Some(e.is_stop_requested());
                 }
                 Some(r)
@@ -860,8 +1033,13 @@ impl Hook for AuditHook {
     }
 
     async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
-        if let Some(record) = self.record_for(event) {
-            self.pipeline.submit(record).await;
+        if let Some(record) = self.record_for(event)
+            && let Err(blocked) = self.pipeline.try_submit(record)
+        {
+            // Boxed so that this hook's own future stays small (erased without
+            // allocating) on the common path, where the record is handed over
+            // without waiting.
+            Box::pin(self.pipeline.submit_blocked(blocked)).await;
         }
         Ok(())
     }

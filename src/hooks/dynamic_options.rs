@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::HOOK_KEY;
 use super::phrases::PhraseMatcher;
 use crate::error::BuildError;
-use crate::hook::{EventKind, FailurePolicy, Hook, HookError, HookEvent, Interest};
+use crate::hook::{EventKind, FailurePolicy, HookError, HookEvent, Interest, SyncHook};
 use crate::message::{Msg, Role};
 use crate::model::GenerateOptions;
 
@@ -141,7 +141,7 @@ fn is_user_input(msg: &Msg) -> bool {
         && msg.metadata.get("rein.synthetic") != Some(&Value::Bool(true))
 }
 
-impl Hook for DynamicOptionsHook {
+impl SyncHook for DynamicOptionsHook {
     fn name(&self) -> &str {
         "DynamicOptionsHook"
     }
@@ -161,7 +161,7 @@ impl Hook for DynamicOptionsHook {
         FailurePolicy::Ignore
     }
 
-    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+    fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
         let HookEvent::PreReasoning(e) = event else {
             return Ok(());
         };

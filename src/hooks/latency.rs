@@ -1,7 +1,7 @@
 //! [`LatencyHook`]: end-to-end, reasoning, tool, time-to-first-token and summary
 //! timings with p50/p95/p99 percentiles.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::state::{RunStates, next_instance_id};
-use crate::hook::{EventKind, FailurePolicy, Hook, HookError, HookEvent, Interest};
+use crate::hook::{EventKind, FailurePolicy, HookError, HookEvent, Interest, SyncHook};
 use crate::model::ModelChunk;
 
 /// One timed segment of a call.
@@ -244,17 +244,19 @@ impl fmt::Display for LatencySnapshot {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct SeriesKey {
-    segment: Segment,
-    tool: Option<String>,
-    outcome: Outcome,
-}
+/// One histogram per [`Outcome`], created on first sample.
+type Row = [Option<Histogram<u64>>; 4];
 
+/// Every histogram of one hook, indexed so that recording a sample never hashes or
+/// allocates once its series exists.
 #[derive(Default)]
 struct Series {
-    histograms: BTreeMap<SeriesKey, Histogram<u64>>,
-    tool_labels: HashSet<String>,
+    /// Samples without a tool label, by [`Segment`].
+    plain: [Row; 5],
+    /// Tool samples by tool name, in first-seen order (at most `max_tool_labels`).
+    tools: Vec<(Box<str>, Row)>,
+    /// Tool samples of names beyond `max_tool_labels`.
+    other: Row,
 }
 
 /// The hook's aggregate: histograms only, no per-call state.
@@ -273,34 +275,31 @@ impl Recorder {
     fn record(&self, segment: Segment, tool: Option<&str>, outcome: Outcome, elapsed: Duration) {
         let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
         let label = {
-            let mut series = self.lock();
-            let label = tool.map(|t| {
-                if series.tool_labels.contains(t) {
-                    t.to_owned()
-                } else if series.tool_labels.len() < self.max_tool_labels {
-                    series.tool_labels.insert(t.to_owned());
-                    t.to_owned()
-                } else {
-                    "other".to_owned()
-                }
-            });
-            let key = SeriesKey {
-                segment,
-                tool: label.clone(),
-                outcome,
-            };
-            if !series.histograms.contains_key(&key) {
-                match Histogram::<u64>::new(2) {
-                    Ok(h) => {
-                        series.histograms.insert(key.clone(), h);
+            let mut guard = self.lock();
+            let series = &mut *guard;
+            let (row, label) = match tool {
+                None => (&mut series.plain[segment as usize], None),
+                Some(t) => match series.tools.iter().position(|(name, _)| **name == *t) {
+                    Some(i) => (&mut series.tools[i].1, Some(t)),
+                    None if series.tools.len() < self.max_tool_labels => {
+                        series.tools.push((t.into(), Row::default()));
+                        let last = series.tools.len() - 1;
+                        (&mut series.tools[last].1, Some(t))
                     }
+                    None => (&mut series.other, Some("other")),
+                },
+            };
+            let slot = &mut row[outcome as usize];
+            if slot.is_none() {
+                match Histogram::<u64>::new(2) {
+                    Ok(h) => *slot = Some(h),
                     Err(e) => {
                         tracing::warn!(error = %e, "latency histogram could not be created");
                         return;
                     }
                 }
             }
-            if let Some(h) = series.histograms.get_mut(&key) {
+            if let Some(h) = slot {
                 // Auto-resizing histograms grow to fit; saturate if growing fails.
                 if h.record(micros).is_err() {
                     h.saturating_record(micros);
@@ -311,7 +310,7 @@ impl Recorder {
         tracing::debug!(
             target: "rein::latency",
             segment = segment.as_str(),
-            tool = label.as_deref(),
+            tool = label,
             outcome = outcome.as_str(),
             micros,
             "latency sample"
@@ -320,7 +319,7 @@ impl Recorder {
         {
             let mut labels = vec![metrics::Label::new("outcome", outcome.as_str())];
             if let Some(t) = label {
-                labels.push(metrics::Label::new("tool", t));
+                labels.push(metrics::Label::new("tool", t.to_owned()));
             }
             metrics::histogram!(format!("{}.{}", self.prefix, segment.as_str()), labels)
                 .record(elapsed.as_secs_f64());
@@ -330,26 +329,50 @@ impl Recorder {
     fn snapshot(&self) -> LatencySnapshot {
         let series = self.lock();
         let us = Duration::from_micros;
-        LatencySnapshot {
-            series: series
-                .histograms
+        let mut rows: Vec<(Segment, Option<&str>, &Row)> = Segment::ALL
+            .iter()
+            .map(|&s| (s, None, &series.plain[s as usize]))
+            .collect();
+        rows.extend(
+            series
+                .tools
                 .iter()
-                .map(|(k, h)| LatencySeries {
-                    segment: k.segment,
-                    tool: k.tool.clone(),
-                    outcome: k.outcome,
-                    count: h.len(),
-                    min: us(h.min()),
-                    max: us(h.max()),
-                    mean: Duration::try_from_secs_f64(h.mean() / 1e6).unwrap_or_default(),
-                    p50: us(h.value_at_quantile(0.50)),
-                    p95: us(h.value_at_quantile(0.95)),
-                    p99: us(h.value_at_quantile(0.99)),
+                .map(|(name, row)| (Segment::Tool, Some(&**name), row)),
+        );
+        rows.push((Segment::Tool, Some("other"), &series.other));
+        let mut out: Vec<LatencySeries> = rows
+            .into_iter()
+            .flat_map(|(segment, tool, row)| {
+                OUTCOMES.iter().filter_map(move |&outcome| {
+                    let h = row[outcome as usize].as_ref()?;
+                    Some(LatencySeries {
+                        segment,
+                        tool: tool.map(str::to_owned),
+                        outcome,
+                        count: h.len(),
+                        min: us(h.min()),
+                        max: us(h.max()),
+                        mean: Duration::try_from_secs_f64(h.mean() / 1e6).unwrap_or_default(),
+                        p50: us(h.value_at_quantile(0.50)),
+                        p95: us(h.value_at_quantile(0.95)),
+                        p99: us(h.value_at_quantile(0.99)),
+                    })
                 })
-                .collect(),
-        }
+            })
+            .collect();
+        // Ordered by segment, tool label (none first), outcome.
+        out.sort_by(|a, b| (a.segment, &a.tool, a.outcome).cmp(&(b.segment, &b.tool, b.outcome)));
+        LatencySnapshot { series: out }
     }
 }
+
+/// Every outcome, in label order.
+const OUTCOMES: [Outcome; 4] = [
+    Outcome::Ok,
+    Outcome::Error,
+    Outcome::Denied,
+    Outcome::Cancelled,
+];
 
 /// Open timers of one call of one agent, kept in the run context. Whatever is still
 /// open when the state is dropped without finishing (the call was cancelled) is
@@ -360,7 +383,8 @@ struct RunTimers {
     ttft_done: bool,
     reasoning: Option<Instant>,
     summary: Option<Instant>,
-    tools: HashMap<String, (Instant, String)>,
+    /// Open tool calls by tool-call id, with the tool's name (few at a time: a scan).
+    tools: Vec<(String, Instant, String)>,
     /// Tool calls without an id, paired in call order.
     anonymous: VecDeque<(Instant, String)>,
 }
@@ -373,7 +397,7 @@ impl RunTimers {
             ttft_done: false,
             reasoning: None,
             summary: None,
-            tools: HashMap::new(),
+            tools: Vec::new(),
             anonymous: VecDeque::new(),
         }
     }
@@ -392,8 +416,8 @@ impl RunTimers {
         }
         for (start, name) in self
             .tools
-            .drain()
-            .map(|(_, v)| v)
+            .drain(..)
+            .map(|(_, start, name)| (start, name))
             .chain(self.anonymous.drain(..))
         {
             r.record(Segment::Tool, Some(&name), outcome, now - start);
@@ -401,9 +425,21 @@ impl RunTimers {
     }
 }
 
+impl RunTimers {
+    fn is_open(&self) -> bool {
+        self.call.is_some()
+            || self.reasoning.is_some()
+            || self.summary.is_some()
+            || !self.tools.is_empty()
+            || !self.anonymous.is_empty()
+    }
+}
+
 impl Drop for RunTimers {
     fn drop(&mut self) {
-        self.close_all(Outcome::Cancelled, Instant::now());
+        if self.is_open() {
+            self.close_all(Outcome::Cancelled, Instant::now());
+        }
     }
 }
 
@@ -483,7 +519,7 @@ impl LatencyHook {
     }
 }
 
-impl Hook for LatencyHook {
+impl SyncHook for LatencyHook {
     fn name(&self) -> &str {
         "LatencyHook"
     }
@@ -517,17 +553,18 @@ impl Hook for LatencyHook {
         FailurePolicy::Ignore
     }
 
-    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
-        let now = Instant::now();
+    fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        // The event's shared timestamp: one clock read per event, however many hooks
+        // look at it, and none for chunks after the first token.
         let event: &HookEvent = event;
         let ctx = event.context();
         let agent = event.agent().id.as_str();
         let r = &self.recorder;
         match event {
-            HookEvent::PreCall(_) => {
+            HookEvent::PreCall(e) => {
                 // A context reused for a new call: the old state (if any) is dropped
                 // outside the lock and records its open segments as cancelled.
-                let _old = RunStates::reset(ctx, self.id, agent, RunTimers::new(r, now));
+                let _old = RunStates::reset(ctx, self.id, agent, RunTimers::new(r, e.timestamp()));
             }
             HookEvent::ReasoningChunk(e) => {
                 let counts = match (self.config.ttft, e.chunk()) {
@@ -545,31 +582,35 @@ impl Hook for LatencyHook {
                         if !t.ttft_done {
                             t.ttft_done = true;
                             if let Some(start) = t.call {
-                                r.record(Segment::Ttft, None, Outcome::Ok, now - start);
+                                r.record(Segment::Ttft, None, Outcome::Ok, e.timestamp() - start);
                             }
                         }
                     });
                 }
             }
-            HookEvent::PreReasoning(_) => self.open(ctx, agent, |t| t.reasoning = Some(now)),
-            HookEvent::PostReasoning(_) => self.open(ctx, agent, |t| {
+            HookEvent::PreReasoning(e) => {
+                self.open(ctx, agent, |t| t.reasoning = Some(e.timestamp()));
+            }
+            HookEvent::PostReasoning(e) => self.open(ctx, agent, |t| {
                 if let Some(start) = t.reasoning.take() {
-                    r.record(Segment::Reasoning, None, Outcome::Ok, now - start);
+                    r.record(Segment::Reasoning, None, Outcome::Ok, e.timestamp() - start);
                 }
             }),
-            HookEvent::PreSummary(_) => self.open(ctx, agent, |t| t.summary = Some(now)),
-            HookEvent::PostSummary(_) => self.open(ctx, agent, |t| {
+            HookEvent::PreSummary(e) => self.open(ctx, agent, |t| t.summary = Some(e.timestamp())),
+            HookEvent::PostSummary(e) => self.open(ctx, agent, |t| {
                 if let Some(start) = t.summary.take() {
-                    r.record(Segment::Summary, None, Outcome::Ok, now - start);
+                    r.record(Segment::Summary, None, Outcome::Ok, e.timestamp() - start);
                 }
             }),
             HookEvent::PreActing(e) => {
-                let (id, name) = (e.tool_use().id.clone(), e.tool_use().name.clone());
+                let tool_use = e.tool_use();
                 self.open(ctx, agent, |t| {
-                    if id.is_empty() {
-                        t.anonymous.push_back((now, name));
+                    let now = e.timestamp();
+                    if tool_use.id.is_empty() {
+                        t.anonymous.push_back((now, tool_use.name.clone()));
                     } else {
-                        t.tools.insert(id, (now, name));
+                        t.tools
+                            .push((tool_use.id.clone(), now, tool_use.name.clone()));
                     }
                 });
             }
@@ -581,31 +622,34 @@ impl Hook for LatencyHook {
                 } else {
                     Outcome::Ok
                 };
-                let id = e.tool_use().id.clone();
+                let id = e.tool_use().id.as_str();
                 self.open(ctx, agent, |t| {
                     let started = if id.is_empty() {
                         t.anonymous.pop_front()
                     } else {
-                        t.tools.remove(&id)
+                        t.tools.iter().position(|(open, _, _)| open == id).map(|i| {
+                            let (_, start, name) = t.tools.swap_remove(i);
+                            (start, name)
+                        })
                     };
                     if let Some((start, name)) = started {
-                        r.record(Segment::Tool, Some(&name), outcome, now - start);
+                        r.record(Segment::Tool, Some(&name), outcome, e.timestamp() - start);
                     }
                 });
             }
-            HookEvent::PostCall(_) => {
+            HookEvent::PostCall(e) => {
                 if let Some(mut t) = RunStates::<RunTimers>::take(ctx, self.id, agent) {
                     // Segments still open after a stop are not call failures.
                     t.reasoning = None;
                     t.summary = None;
                     t.tools.clear();
                     t.anonymous.clear();
-                    t.close_all(Outcome::Ok, now);
+                    t.close_all(Outcome::Ok, e.timestamp());
                 }
             }
-            HookEvent::Error(_) => {
+            HookEvent::Error(e) => {
                 if let Some(mut t) = RunStates::<RunTimers>::take(ctx, self.id, agent) {
-                    t.close_all(Outcome::Error, now);
+                    t.close_all(Outcome::Error, e.timestamp());
                 }
             }
             _ => {}

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::masker::SensitiveDataMasker;
 use crate::agent::AgentEvent;
-use crate::hook::{EventKind, FailurePolicy, Hook, HookError, HookEvent, Interest};
+use crate::hook::{EventKind, FailurePolicy, HookError, HookEvent, Interest, SyncHook};
 use crate::message::{ContentBlock, Msg, Thinking, ToolResult};
 
 /// What a mutating guard hook's failure (an error or a panic inside it) means.
@@ -177,7 +177,7 @@ impl MaskingHook {
     }
 }
 
-impl Hook for MaskingHook {
+impl SyncHook for MaskingHook {
     fn name(&self) -> &str {
         "MaskingHook"
     }
@@ -202,7 +202,7 @@ impl Hook for MaskingHook {
         self.config.on_error.policy()
     }
 
-    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+    fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
         match event {
             HookEvent::PostCall(e) => {
                 if let Some(masked) = self.mask_message(e.final_message()) {

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::phrases::PhraseMatcher;
 use super::state::{RunStates, next_instance_id};
 use super::{HOOK_KEY, add_flag};
-use crate::hook::{EventKind, Hook, HookError, HookEvent, Interest};
+use crate::hook::{EventKind, HookError, HookEvent, Interest, SyncHook};
 use crate::message::Msg;
 
 /// Flag set on a reply that still contains a payment promise after the correction
@@ -284,7 +284,7 @@ impl SelfCorrectionHook {
     }
 }
 
-impl Hook for SelfCorrectionHook {
+impl SyncHook for SelfCorrectionHook {
     fn name(&self) -> &str {
         "SelfCorrectionHook"
     }
@@ -306,7 +306,7 @@ impl Hook for SelfCorrectionHook {
         ])
     }
 
-    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+    fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
         match event {
             HookEvent::PreCall(e) => {
                 let fresh = CorrectionRun::default();

@@ -7,7 +7,6 @@
 //! `Error`), and the extension itself is removed once empty, so a finished run leaves
 //! nothing behind; a cancelled run's state is dropped with its context.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -19,8 +18,14 @@ pub(crate) fn next_instance_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-/// States by hook instance, then by agent id (so lookups by `&str` never allocate).
-type ByHook<T> = HashMap<u64, HashMap<String, T>>;
+/// The states of one run: `(hook instance, agent id, state)`. A run holds a handful
+/// of pairs (one per stateful hook, times the agents sharing the context), so a
+/// linear scan beats hashing: no hash per event, no allocation per lookup.
+type ByHook<T> = Vec<(u64, Box<str>, T)>;
+
+fn position<T>(map: &ByHook<T>, hook: u64, agent: &str) -> Option<usize> {
+    map.iter().position(|(h, a, _)| *h == hook && **a == *agent)
+}
 
 struct Slots<T> {
     map: ByHook<T>,
@@ -42,7 +47,7 @@ impl<T: Send + 'static> RunStates<T> {
     fn of(ctx: &RunContext) -> Arc<Self> {
         ctx.extensions().get_or_insert_with(|| RunStates {
             slots: Mutex::new(Slots {
-                map: HashMap::new(),
+                map: Vec::new(),
                 retired: false,
             }),
         })
@@ -71,11 +76,14 @@ impl<T: Send + 'static> RunStates<T> {
         f: impl FnOnce(&mut T) -> R,
     ) -> R {
         Self::live(ctx, |map| {
-            let agents = map.entry(hook).or_default();
-            if let Some(state) = agents.get_mut(agent) {
-                return f(state);
-            }
-            f(agents.entry(agent.to_owned()).or_insert_with(init))
+            let i = match position(map, hook, agent) {
+                Some(i) => i,
+                None => {
+                    map.push((hook, agent.into(), init()));
+                    map.len() - 1
+                }
+            };
+            f(&mut map[i].2)
         })
     }
 
@@ -92,18 +100,19 @@ impl<T: Send + 'static> RunStates<T> {
             if slots.retired {
                 continue;
             }
-            return slots
-                .map
-                .get_mut(&hook)
-                .and_then(|agents| agents.get_mut(agent))
-                .map(f);
+            let i = position(&slots.map, hook, agent)?;
+            return Some(f(&mut slots.map[i].2));
         }
     }
 
     /// Replaces the state of (`hook`, `agent`), returning the previous one.
     pub(crate) fn reset(ctx: &RunContext, hook: u64, agent: &str, value: T) -> Option<T> {
-        Self::live(ctx, |map| {
-            map.entry(hook).or_default().insert(agent.to_owned(), value)
+        Self::live(ctx, |map| match position(map, hook, agent) {
+            Some(i) => Some(std::mem::replace(&mut map[i].2, value)),
+            None => {
+                map.push((hook, agent.into(), value));
+                None
+            }
         })
     }
 
@@ -115,16 +124,7 @@ impl<T: Send + 'static> RunStates<T> {
             if slots.retired {
                 continue;
             }
-            let taken = match slots.map.get_mut(&hook) {
-                Some(agents) => {
-                    let taken = agents.remove(agent);
-                    if agents.is_empty() {
-                        slots.map.remove(&hook);
-                    }
-                    taken
-                }
-                None => None,
-            };
+            let taken = position(&slots.map, hook, agent).map(|i| slots.map.swap_remove(i).2);
             if slots.map.is_empty() {
                 slots.retired = true;
                 // Lock order: slots, then the extension map (writers never hold both).

@@ -8,7 +8,7 @@ use serde_json::{Map, Number, Value};
 
 use super::masking::OnError;
 use crate::error::BuildError;
-use crate::hook::{EventKind, FailurePolicy, Hook, HookError, HookEvent, Interest};
+use crate::hook::{EventKind, FailurePolicy, HookError, HookEvent, Interest, SyncHook};
 use crate::message::ToolUse;
 
 /// Bounds of a numeric cap. At least one is required; `max` must not be negative
@@ -480,7 +480,7 @@ fn visit_mut(
     Ok(changed)
 }
 
-impl Hook for ToolGuardHook {
+impl SyncHook for ToolGuardHook {
     fn name(&self) -> &str {
         "ToolGuardHook"
     }
@@ -500,7 +500,7 @@ impl Hook for ToolGuardHook {
         self.config.on_error.policy()
     }
 
-    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+    fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
         let HookEvent::PreActing(e) = event else {
             return Ok(());
         };

@@ -116,7 +116,7 @@ pub struct ToolContext {
     pub(crate) agent: Arc<AgentInfo>,
     pub(crate) tool_use_id: String,
     pub(crate) index: usize,
-    pub(crate) progress: Option<UnboundedSender<ProgressChunk>>,
+    pub(crate) progress: Option<futures::channel::mpsc::UnboundedSender<ProgressChunk>>,
     /// The streaming caller's sink, for forwarding subagent events.
     pub(crate) events: Option<UnboundedSender<crate::agent::AgentEvent>>,
 }
@@ -144,7 +144,7 @@ impl ToolContext {
         if let Some(tx) = &self.progress {
             // The receiver lives as long as the acting step; a send after it ended is
             // dropped on purpose.
-            let _ = tx.send(ProgressChunk {
+            let _ = tx.unbounded_send(ProgressChunk {
                 index: self.index,
                 text: text.into(),
             });

@@ -421,3 +421,61 @@ fn audit_runs_at_priority_850_and_never_fails_a_call() {
     );
     assert_eq!(Hook::interest(&off), Interest::NONE);
 }
+
+#[tokio::test]
+async fn a_bounded_memory_sink_keeps_only_the_newest_records() {
+    let sink = MemoryAuditSink::bounded(3);
+    let hook = audit(&sink);
+    let model = ScriptedModel::new((0..5).map(|i| ScriptedTurn::text(format!("answer {i}"))));
+    let agent = builder(&model).hook(hook.clone()).build().unwrap();
+    for i in 0..5 {
+        agent
+            .call_with(vec![Msg::user("hi")], session(&format!("s{i}")))
+            .await
+            .unwrap();
+    }
+    hook.flush().await.unwrap();
+    assert_eq!(hook.stats().written, 5);
+    assert_eq!(sink.len(), 3);
+    let answers: Vec<_> = sink.records().into_iter().map(|r| r.answer).collect();
+    assert_eq!(
+        answers,
+        ["answer 2", "answer 3", "answer 4"].map(|a| Some(a.to_owned()))
+    );
+    assert!(MemoryAuditSink::bounded(0).is_empty());
+}
+
+#[test]
+fn records_left_queued_by_a_shut_down_runtime_are_written_by_the_next_flush() {
+    let sink = MemoryAuditSink::new();
+    let hook = audit(&sink);
+    let model = ScriptedModel::new((0..3).map(|i| ScriptedTurn::text(format!("answer {i}"))));
+    let agent = builder(&model).hook(hook.clone()).build().unwrap();
+    {
+        // The writer task is spawned on this runtime; the calls complete without
+        // yielding to it, and the runtime is then dropped with the task.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for i in 0..3 {
+            rt.block_on(agent.call_with(vec![Msg::user("hi")], session(&format!("s{i}"))))
+                .unwrap();
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // A flush on another runtime neither hangs nor loses what was still queued.
+    rt.block_on(async {
+        tokio::time::timeout(std::time::Duration::from_secs(5), hook.flush())
+            .await
+            .expect("flush must not hang")
+            .unwrap();
+    });
+    let stats = hook.stats();
+    assert_eq!(stats.written + stats.dropped, 3, "{stats:?}");
+    assert_eq!(sink.len() as u64, stats.written);
+    assert_eq!(stats.dropped, 0, "{stats:?}");
+}

@@ -45,4 +45,5 @@ mod streaming;
 mod subagent_properties;
 mod subagents;
 mod support;
+mod sync_hooks;
 mod tools;
