@@ -258,7 +258,12 @@ impl Call<'_> {
     /// Dispatches an event; decisions hooks made are emitted on the current span and
     /// kept for the outcome.
     async fn dispatch(&self, event: &mut HookEvent) -> Result<(), Error> {
-        let result = self.agent.chain.dispatch(event).await;
+        let chain = &self.agent.chain;
+        let result = if chain.is_sync(event.kind()) {
+            chain.dispatch_sync(event)
+        } else {
+            chain.dispatch(event).await
+        };
         if self.meta.mode.on {
             let made = std::mem::take(&mut event.meta_mut().trail);
             if !made.is_empty() {
@@ -1005,7 +1010,11 @@ impl Call<'_> {
                 });
                 swap_chunk(ev, chunk, &mut msg);
                 // Notification event: failures are logged by the chain.
-                let _ = agent.chain.dispatch(ev).await;
+                let _ = if agent.chain.is_sync(phase.chunk_kind()) {
+                    agent.chain.dispatch_sync(ev)
+                } else {
+                    agent.chain.dispatch(ev).await
+                };
                 swap_back(ev, &mut msg);
             }
         }

@@ -40,6 +40,8 @@ pub(crate) struct HookChain {
     labels: Arc<[HookLabel]>,
     /// For each [`EventKind`], indexes into `entries`, in dispatch order.
     by_kind: [Vec<u16>; 12],
+    /// For each [`EventKind`], whether all its subscribers are sync hooks.
+    sync_only: [bool; 12],
 }
 
 impl std::fmt::Debug for HookChain {
@@ -101,6 +103,11 @@ impl HookChain {
                 .map(|(i, _)| i as u16)
                 .collect();
         }
+        let sync_only = EventKind::ALL.map(|kind| {
+            by_kind[kind as usize]
+                .iter()
+                .all(|&i| entries[usize::from(i)].sync)
+        });
         let labels = entries
             .iter()
             .map(|e| HookLabel {
@@ -112,6 +119,7 @@ impl HookChain {
             entries,
             labels,
             by_kind,
+            sync_only,
         })
     }
 
@@ -132,6 +140,13 @@ impl HookChain {
         !self.by_kind[kind as usize].is_empty()
     }
 
+    /// Whether every hook subscribed to `kind` is a [`SyncHook`](super::SyncHook): the
+    /// event can then be dispatched with [`HookChain::dispatch_sync`], no future at all.
+    #[inline]
+    pub(crate) fn is_sync(&self, kind: EventKind) -> bool {
+        self.sync_only[kind as usize]
+    }
+
     /// Calls every hook subscribed to the event's kind, in order. Returns the first
     /// failure of an [`FailurePolicy::Abort`] hook on a non-notification event; other
     /// failures are logged.
@@ -142,6 +157,9 @@ impl HookChain {
     /// next hook. The common path (no hook panics) pays for one unwind guard per event.
     pub(crate) async fn dispatch(&self, event: &mut HookEvent) -> Result<(), Error> {
         let kind = event.kind();
+        if self.is_sync(kind) {
+            return self.dispatch_sync(event);
+        }
         let list = &self.by_kind[kind as usize];
         // A reused event (chunks) gets a fresh timestamp per dispatch.
         event.meta_mut().stamp = std::sync::OnceLock::new();
@@ -150,39 +168,84 @@ impl HookChain {
             let run = AssertUnwindSafe(self.run_hooks(event, list, from))
                 .catch_unwind()
                 .await;
-            let (at, failure) = match run {
+            let failed = match run {
                 Ok(None) => break,
                 Ok(Some(failed)) => failed,
-                Err(payload) => {
-                    let current = event.meta_mut().current;
-                    let at = list
-                        .iter()
-                        .position(|&i| Some(i) == current)
-                        .unwrap_or(from);
-                    (
-                        at,
-                        HookFailure::Panic(crate::util::panic_message(&*payload)),
-                    )
-                }
+                Err(payload) => self.panicked(event, list, from, &*payload),
             };
-            let entry = &self.entries[usize::from(list[at])];
-            #[cfg(feature = "metrics")]
-            crate::observe::metrics_impl::hook_error(&entry.name, kind.as_str());
-            if kind.is_notification() || entry.policy == FailurePolicy::Ignore {
-                tracing::warn!(
-                    hook = &*entry.name,
-                    event = kind.as_str(),
-                    error = %failure,
-                    "hook failed; continuing (ignore policy or notification event)"
-                );
-            } else {
-                event.meta_mut().current = None;
-                return Err(Error::hook(Arc::clone(&entry.name), kind, failure));
-            }
-            from = at + 1;
+            from = self.handle_failure(event, list, failed)?;
         }
         event.meta_mut().current = None;
         Ok(())
+    }
+
+    /// [`HookChain::dispatch`] for an event whose subscribers are all sync hooks
+    /// (see [`HookChain::is_sync`]): a plain call, same ordering, failure handling and
+    /// panic attribution.
+    pub(crate) fn dispatch_sync(&self, event: &mut HookEvent) -> Result<(), Error> {
+        let list = &self.by_kind[event.kind() as usize];
+        event.meta_mut().stamp = std::sync::OnceLock::new();
+        let mut from = 0;
+        while from < list.len() {
+            let run =
+                std::panic::catch_unwind(AssertUnwindSafe(|| self.run_sync(event, list, from)));
+            let failed = match run {
+                Ok(SyncRun::Done) => break,
+                Ok(SyncRun::Failed(at, failure)) => (at, failure),
+                // Cannot happen: every subscriber of a sync-only kind is sync (both
+                // computed from the same entries at build).
+                Ok(SyncRun::Async(at)) => {
+                    from = at + 1;
+                    continue;
+                }
+                Err(payload) => self.panicked(event, list, from, &*payload),
+            };
+            from = self.handle_failure(event, list, failed)?;
+        }
+        event.meta_mut().current = None;
+        Ok(())
+    }
+
+    /// The failure of the hook that was running when a panic was caught.
+    fn panicked(
+        &self,
+        event: &mut HookEvent,
+        list: &[u16],
+        from: usize,
+        payload: &(dyn std::any::Any + Send),
+    ) -> (usize, HookFailure) {
+        let current = event.meta_mut().current;
+        let at = list
+            .iter()
+            .position(|&i| Some(i) == current)
+            .unwrap_or(from);
+        (at, HookFailure::Panic(crate::util::panic_message(payload)))
+    }
+
+    /// Logs an ignorable failure and returns where dispatch resumes, or returns the
+    /// call's error for an aborting one.
+    fn handle_failure(
+        &self,
+        event: &mut HookEvent,
+        list: &[u16],
+        (at, failure): (usize, HookFailure),
+    ) -> Result<usize, Error> {
+        let kind = event.kind();
+        let entry = &self.entries[usize::from(list[at])];
+        #[cfg(feature = "metrics")]
+        crate::observe::metrics_impl::hook_error(&entry.name, kind.as_str());
+        if kind.is_notification() || entry.policy == FailurePolicy::Ignore {
+            tracing::warn!(
+                hook = &*entry.name,
+                event = kind.as_str(),
+                error = %failure,
+                "hook failed; continuing (ignore policy or notification event)"
+            );
+            Ok(at + 1)
+        } else {
+            event.meta_mut().current = None;
+            Err(Error::hook(Arc::clone(&entry.name), kind, failure))
+        }
     }
 
     /// Runs the hooks at `list[from..]` (entry indexes) in order until one fails;

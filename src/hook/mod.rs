@@ -61,7 +61,7 @@ use crate::tool::Tool;
 /// A lifecycle hook.
 ///
 /// Only [`Hook::on_event`] is required; everything else has a default. Implement it
-/// with `async fn`:
+/// with `async fn` (a hook that never awaits is cheaper as a [`SyncHook`]):
 ///
 /// ```
 /// use rein::{Hook, HookEvent, HookError, EventKind, Interest};

@@ -1,5 +1,6 @@
 //! [`AuditHook`] and the [`AuditSink`]s it writes structured [`AuditRecord`]s to.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::fmt;
 use std::io::Write as _;
@@ -224,8 +225,8 @@ impl From<std::io::Error> for AuditSinkError {
 /// record at a time, in order. A failed write is logged and counted in
 /// [`AuditStats::dropped`]; it never fails the call.
 pub trait AuditSink: Send + Sync + 'static {
-    /// Writes one record.
-    fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditSinkError>>;
+    /// Writes one record. The sink owns it: keep it (no copy) or drop it once written.
+    fn write(&self, record: AuditRecord) -> BoxFuture<'_, Result<(), AuditSinkError>>;
 
     /// Makes every record written so far durable. Default: nothing to do.
     fn flush(&self) -> BoxFuture<'_, Result<(), AuditSinkError>> {
@@ -291,7 +292,7 @@ impl MemoryAuditSink {
 }
 
 impl AuditSink for MemoryAuditSink {
-    fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditSinkError>> {
+    fn write(&self, record: AuditRecord) -> BoxFuture<'_, Result<(), AuditSinkError>> {
         if self.limit != Some(0) {
             let mut records = self.lock();
             if let Some(limit) = self.limit
@@ -299,7 +300,7 @@ impl AuditSink for MemoryAuditSink {
             {
                 records.pop_front();
             }
-            records.push_back(record.clone());
+            records.push_back(record);
         }
         Box::pin(async { Ok(()) })
     }
@@ -312,7 +313,7 @@ impl AuditSink for MemoryAuditSink {
 pub struct TracingAuditSink;
 
 impl AuditSink for TracingAuditSink {
-    fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditSinkError>> {
+    fn write(&self, record: AuditRecord) -> BoxFuture<'_, Result<(), AuditSinkError>> {
         tracing::info!(target: "rein::audit", record = %record.to_json_line(), "audit");
         Box::pin(async { Ok(()) })
     }
@@ -360,7 +361,7 @@ impl JsonlAuditSink {
 }
 
 impl AuditSink for JsonlAuditSink {
-    fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditSinkError>> {
+    fn write(&self, record: AuditRecord) -> BoxFuture<'_, Result<(), AuditSinkError>> {
         let result = self.append(&record.to_json_line()).map_err(Into::into);
         Box::pin(async move { result })
     }
@@ -472,16 +473,17 @@ impl Counters {
 }
 
 /// Writes one record, turning a failure or a panic into a counted drop.
-async fn deliver(sink: &dyn AuditSink, record: &AuditRecord, counters: &Counters) {
+async fn deliver(sink: &dyn AuditSink, record: AuditRecord, counters: &Counters) {
+    let kind = record.kind;
     match AssertUnwindSafe(async { sink.write(record).await })
         .catch_unwind()
         .await
     {
         Ok(Ok(())) => counters.written(),
-        Ok(Err(e)) => counters.dropped(&e.to_string(), record.kind),
+        Ok(Err(e)) => counters.dropped(&e.to_string(), kind),
         Err(panic) => counters.dropped(
             &format!("sink panicked: {}", crate::util::panic_message(&*panic)),
-            record.kind,
+            kind,
         ),
     }
 }
@@ -540,15 +542,18 @@ struct Writer {
     shared: Arc<Shared>,
     /// Records taken from the queue, being written in order.
     batch: VecDeque<AuditRecord>,
+    /// The kind of the record handed to the sink and not yet finished.
+    writing: Option<AuditKind>,
 }
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        let lost = self.batch.len() as u64;
-        for record in self.batch.drain(..) {
+        let lost = (self.batch.len() + usize::from(self.writing.is_some())) as u64;
+        let kinds = self.writing.take().into_iter();
+        for kind in kinds.chain(self.batch.drain(..).map(|r| r.kind)) {
             self.shared.counters.dropped(
                 "the audit writer stopped before writing the record (its runtime shut down)",
-                record.kind,
+                kind,
             );
         }
         let mut q = self.shared.lock();
@@ -579,6 +584,7 @@ impl Shared {
         handle.spawn(writer(Writer {
             shared: Arc::clone(self),
             batch: VecDeque::new(),
+            writing: None,
         }));
         true
     }
@@ -610,11 +616,11 @@ async fn writer(mut w: Writer) {
             w.shared.wake_writer.notified().await;
             continue;
         }
-        // A record leaves the batch only once written: if the task is dropped
-        // mid-write, `Writer::drop` counts it.
-        while let Some(record) = w.batch.front() {
+        // If the task is dropped mid-write, `Writer::drop` counts the record.
+        while let Some(record) = w.batch.pop_front() {
+            w.writing = Some(record.kind);
             deliver(&*w.shared.sink, record, &w.shared.counters).await;
-            w.batch.pop_front();
+            w.writing = None;
             w.shared.finish_one();
         }
     }
@@ -710,7 +716,7 @@ impl Pipeline {
         let mut record = match blocked {
             Blocked::Direct(record) => {
                 shared.lock().submitted += 1;
-                deliver(&*shared.sink, &record, &shared.counters).await;
+                deliver(&*shared.sink, *record, &shared.counters).await;
                 shared.finish_one();
                 return;
             }
@@ -762,7 +768,7 @@ impl Pipeline {
                 progress.await;
             } else {
                 for record in left {
-                    deliver(&*shared.sink, &record, &shared.counters).await;
+                    deliver(&*shared.sink, record, &shared.counters).await;
                     shared.finish_one();
                 }
             }
@@ -984,24 +990,54 @@ fn stop_reason(reason: StopReason) -> &'static str {
 }
 
 /// `value` with every string (and every number whose digits are sensitive) masked.
-/// Object keys are kept.
+/// Object keys are kept. A value with nothing to mask is cloned, not rebuilt.
 pub(crate) fn mask_json(masker: &SensitiveDataMasker, value: &Value) -> Value {
+    masked_json(masker, value).unwrap_or_else(|| value.clone())
+}
+
+/// `Some(masked copy)` when something in `value` is sensitive; `None` (nothing
+/// allocated) when nothing is.
+fn masked_json(masker: &SensitiveDataMasker, value: &Value) -> Option<Value> {
     match value {
-        Value::String(s) => Value::String(masker.mask(s).into_owned()),
-        Value::Number(n) => {
-            let text = n.to_string();
-            match masker.mask(&text) {
-                std::borrow::Cow::Owned(m) => Value::String(m),
-                std::borrow::Cow::Borrowed(_) => value.clone(),
-            }
+        Value::String(s) => match masker.mask(s) {
+            Cow::Owned(m) => Some(Value::String(m)),
+            Cow::Borrowed(_) => None,
+        },
+        Value::Number(n) => match masker.mask(&n.to_string()) {
+            Cow::Owned(m) => Some(Value::String(m)),
+            Cow::Borrowed(_) => None,
+        },
+        Value::Array(items) => {
+            let (first, masked) = items
+                .iter()
+                .enumerate()
+                .find_map(|(i, v)| Some((i, masked_json(masker, v)?)))?;
+            let mut out = Vec::with_capacity(items.len());
+            out.extend(items[..first].iter().cloned());
+            out.push(masked);
+            out.extend(items[first + 1..].iter().map(|v| mask_json(masker, v)));
+            Some(Value::Array(out))
         }
-        Value::Array(items) => Value::Array(items.iter().map(|v| mask_json(masker, v)).collect()),
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.clone(), mask_json(masker, v)))
-                .collect(),
-        ),
-        Value::Null | Value::Bool(_) => value.clone(),
+        Value::Object(map) => {
+            let (first, masked) = map
+                .iter()
+                .enumerate()
+                .find_map(|(i, (_, v))| Some((i, masked_json(masker, v)?)))?;
+            let mut out = map.clone();
+            let mut masked = Some(masked);
+            for (i, (_, v)) in out.iter_mut().enumerate().skip(first) {
+                let replacement = if i == first {
+                    masked.take()
+                } else {
+                    masked_json(masker, v)
+                };
+                if let Some(m) = replacement {
+                    *v = m;
+                }
+            }
+            Some(Value::Object(out))
+        }
+        Value::Null | Value::Bool(_) => None,
     }
 }
 
@@ -1033,14 +1069,86 @@ impl Hook for AuditHook {
     }
 
     async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
-        if let Some(record) = self.record_for(event)
-            && let Err(blocked) = self.pipeline.try_submit(record)
-        {
-            // Boxed so that this hook's own future stays small (erased without
-            // allocating) on the common path, where the record is handed over
-            // without waiting.
+        // Built and handed over in a plain call, so no record lives in this future:
+        // it stays small enough to be erased without allocating.
+        let blocked = self
+            .record_for(event)
+            .and_then(|record| self.pipeline.try_submit(record).err());
+        if let Some(blocked) = blocked {
+            // The rare waiting path (a full queue, or no runtime) is boxed for the
+            // same reason.
             Box::pin(self.pipeline.submit_blocked(blocked)).await;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::hook::{EventMeta, PreActingEvent};
+    use crate::{RunContext, ToolUse};
+
+    /// The hook future is erased inline (no allocation per event) when it fits the
+    /// chain's 64-byte slot: no record may be held across its await.
+    #[test]
+    fn the_audit_hook_future_fits_the_inline_slot() {
+        let hook = AuditHook::new(
+            AuditConfig::default(),
+            SensitiveDataMasker::default(),
+            Arc::new(MemoryAuditSink::new()),
+        );
+        let info = Arc::new(AgentInfo {
+            id: "a".into(),
+            name: "a".into(),
+            parent_id: None,
+            depth: 0,
+        });
+        let meta = EventMeta::new(
+            &info,
+            &RunContext::new(),
+            Arc::from(Vec::new()),
+            Default::default(),
+        );
+        let mut event = HookEvent::PreActing(PreActingEvent {
+            meta,
+            tool_use: ToolUse::new("1", "x", serde_json::json!({})),
+            denial: None,
+            changed: false,
+        });
+        let fut = Hook::on_event(&hook, &mut event);
+        assert!(
+            std::mem::size_of_val(&fut) <= 64,
+            "{}",
+            std::mem::size_of_val(&fut)
+        );
+    }
+
+    #[test]
+    fn mask_json_masks_every_sensitive_leaf_and_keeps_the_rest_and_the_keys() {
+        let masker = SensitiveDataMasker::default();
+        let input = serde_json::json!({
+            "a": 1,
+            "b": {"list": ["ok", "call 13812345678", 2, {"deep": 13812345678u64}]},
+            "c": "plain",
+            "d": [true, null, "li.wei@example.com"],
+            "z": "13812345678"
+        });
+        let out = mask_json(&masker, &input);
+        assert_eq!(
+            out,
+            serde_json::json!({
+                "a": 1,
+                "b": {"list": ["ok", "call ***", 2, {"deep": "***"}]},
+                "c": "plain",
+                "d": [true, null, "***"],
+                "z": "***"
+            })
+        );
+        let clean = serde_json::json!({"a": [1, "x", {"b": false}], "c": 2.5});
+        assert_eq!(mask_json(&masker, &clean), clean);
+        assert!(masked_json(&masker, &clean).is_none());
     }
 }

@@ -313,11 +313,12 @@ impl ToolGuardHook {
 
     /// Clamps one value in place; returns whether it changed.
     fn clamp(&self, call: &ToolUse, cap: &Cap, v: &mut Value) -> Result<bool, Rejection> {
-        let range = describe_range(cap);
         let reject = |got: &str| {
             Rejection(format!(
-                "argument `{}` of tool `{}` must be a finite number {range}; got {got}",
-                cap.at.display, call.name
+                "argument `{}` of tool `{}` must be a finite number {}; got {got}",
+                cap.at.display,
+                call.name,
+                describe_range(cap)
             ))
         };
         let clamped = match v {

@@ -35,7 +35,7 @@ fn audit(sink: &MemoryAuditSink) -> Arc<AuditHook> {
 struct FailingSink(Arc<AtomicUsize>);
 
 impl AuditSink for FailingSink {
-    fn write<'a>(&'a self, _: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditSinkError>> {
+    fn write(&self, _: AuditRecord) -> BoxFuture<'_, Result<(), AuditSinkError>> {
         self.0.fetch_add(1, Ordering::SeqCst);
         Box::pin(async { Err(AuditSinkError::new("disk full")) })
     }
@@ -48,7 +48,7 @@ struct GatedSink {
 }
 
 impl AuditSink for GatedSink {
-    fn write<'a>(&'a self, r: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditSinkError>> {
+    fn write(&self, r: AuditRecord) -> BoxFuture<'_, Result<(), AuditSinkError>> {
         Box::pin(async move {
             let permit = self.gate.acquire().await;
             drop(permit);

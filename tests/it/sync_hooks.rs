@@ -234,7 +234,10 @@ async fn every_hook_of_one_event_sees_the_same_timestamp_and_each_chunk_gets_its
         .map(|p| p[0].1)
         .collect();
     assert!(chunk_stamps.len() >= 2, "{seen:?}");
-    assert!(chunk_stamps.windows(2).all(|w| w[1] > w[0]), "{chunk_stamps:?}");
+    assert!(
+        chunk_stamps.windows(2).all(|w| w[1] > w[0]),
+        "{chunk_stamps:?}"
+    );
     let all: Vec<_> = seen.chunks(2).map(|p| p[0].1).collect();
     assert!(all.windows(2).all(|w| w[1] > w[0]), "{all:?}");
 }

@@ -210,7 +210,24 @@ mod reinside {
         }
     }
 
+    /// The same hook as a `SyncHook` (no future per call).
+    struct NoopSync;
+    impl SyncHook for NoopSync {
+        fn on_event(&self, _event: &mut HookEvent) -> Result<(), HookError> {
+            super::hit();
+            Ok(())
+        }
+    }
+
     pub fn agent(hooks: usize) -> Agent {
+        agent_with(hooks, false)
+    }
+
+    pub fn agent_sync(hooks: usize) -> Agent {
+        agent_with(hooks, true)
+    }
+
+    fn agent_with(hooks: usize, sync: bool) -> Agent {
         let mut tools = Toolkit::new();
         tools
             .register(FunctionTool::new(
@@ -228,7 +245,7 @@ mod reinside {
             .toolkit(tools)
             .without_global_hooks();
         for _ in 0..hooks {
-            b = b.hook(Noop);
+            b = if sync { b.hook(NoopSync) } else { b.hook(Noop) };
         }
         b.build().unwrap()
     }
@@ -321,12 +338,13 @@ fn main() {
     let rig10 = build_agent(10);
     let rein0 = reinside::agent(0);
     let rein10 = reinside::agent(10);
-    let mut s: [Vec<f64>; 4] = Default::default();
+    let rein10s = reinside::agent_sync(10);
+    let mut s: [Vec<f64>; 5] = Default::default();
     rt.block_on(async {
         assert_eq!(one_call(&rig0).await, "1 + 2 = 3");
         assert_eq!(reinside::one_call(&rein0).await, "1 + 2 = 3");
         for round in 0..=rounds {
-            let mut m = [0.0; 4];
+            let mut m = [0.0; 5];
             let t = Instant::now();
             for _ in 0..calls { std::hint::black_box(one_call(&rig0).await); }
             m[0] = t.elapsed().as_secs_f64() * 1e6 / calls as f64;
@@ -339,12 +357,15 @@ fn main() {
             let t = Instant::now();
             for _ in 0..calls { std::hint::black_box(reinside::one_call(&rein10).await); }
             m[3] = t.elapsed().as_secs_f64() * 1e6 / calls as f64;
+            let t = Instant::now();
+            for _ in 0..calls { std::hint::black_box(reinside::one_call(&rein10s).await); }
+            m[4] = t.elapsed().as_secs_f64() * 1e6 / calls as f64;
             if round > 0 {
                 for (v, x) in s.iter_mut().zip(m) { v.push(x); }
             }
         }
     });
-    let [rig_w1, rein_w1, rig_h, rein_h] = s.map(median);
+    let [rig_w1, rein_w1, rig_h, rein_h, rein_hs] = s.map(median);
     let (rig_w2, rig_rss) = w2_runs("rig", 5);
     let (reina_w2, reina_rss) = w2_runs("rein-agents", 5);
     let (reins_w2, reins_rss) = w2_runs("rein-sessions", 5);
@@ -352,12 +373,14 @@ fn main() {
     println!("{:<44} {:>9.2} µs {:>9.2} µs {:>9.2}x", "W1 per call", rig_w1, rein_w1, rig_w1 / rein_w1);
     println!("{:<44} {:>9.2} µs {:>9.2} µs {:>9.2}x", "W1 + 10 no-op hooks per call", rig_h, rein_h, rig_h / rein_h);
     println!("{:<44} {:>11.2}x {:>11.2}x", "  hooks overhead (W1+10 / W1)", rig_h / rig_w1, rein_h / rein_w1);
+    println!("{:<44} {:>12} {:>9.2} µs {:>9.2}x", "W1 + 10 no-op SyncHooks per call (rein)", "-", rein_hs, rig_h / rein_hs);
+    println!("{:<44} {:>12} {:>11.2}x", "  SyncHooks overhead (W1+10 / W1)", "-", rein_hs / rein_w1);
     println!("{:<44} {:>10.3} s {:>10.3} s {:>9.2}x", "W2 wall, 1,000 agents", rig_w2, reina_w2, rig_w2 / reina_w2);
     println!("{:<44} {:>9.1} MB {:>9.1} MB", "W2 peak RSS, 1,000 agents", rig_rss, reina_rss);
     println!("{:<44} {:>12} {:>10.3} s", "W2 wall, 1 agent x 1,000 sessions", "-", reins_w2);
     println!("{:<44} {:>12} {:>9.1} MB", "W2 peak RSS, 1 agent x 1,000 sessions", "-", reins_rss);
     println!(
-        "RESULT w1_ratio={:.2} w1hooks_ratio={:.2} w2_wall_ratio={:.2} rein_w2_rss_mb={:.1} rig_w2_rss_mb={:.1}",
-        rig_w1 / rein_w1, rig_h / rein_h, rig_w2 / reina_w2, reina_rss, rig_rss
+        "RESULT w1_ratio={:.2} w1hooks_ratio={:.2} w1synchooks_ratio={:.2} w2_wall_ratio={:.2} rein_w2_rss_mb={:.1} rig_w2_rss_mb={:.1}",
+        rig_w1 / rein_w1, rig_h / rein_h, rig_h / rein_hs, rig_w2 / reina_w2, reina_rss, rig_rss
     );
 }
