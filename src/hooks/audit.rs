@@ -8,7 +8,7 @@ use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -141,12 +141,44 @@ pub struct AuditRecord {
     pub flags: Vec<String>,
 }
 
+/// Milliseconds since the Unix epoch, now.
+fn wall_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Turns event timestamps (monotonic, already read once per event for every hook)
+/// into wall-clock milliseconds without reading the wall clock per record: a
+/// (wall, monotonic) anchor, re-read when an event is more than a second away from it
+/// so wall-clock adjustments are followed within a second.
+#[derive(Default)]
+struct WallClock {
+    anchor: Mutex<Option<(u64, Instant)>>,
+}
+
+impl WallClock {
+    fn ms_at(&self, at: Instant) -> u64 {
+        let mut anchor = self.anchor.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((wall, mono)) = *anchor {
+            let (ahead, behind) = (
+                at.saturating_duration_since(mono),
+                mono.saturating_duration_since(at),
+            );
+            if ahead < Duration::from_secs(1) && behind < Duration::from_secs(1) {
+                let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+                return wall.saturating_add(ms(ahead)).saturating_sub(ms(behind));
+            }
+        }
+        let wall = wall_ms_now();
+        *anchor = Some((wall, at));
+        wall
+    }
+}
+
 impl AuditRecord {
-    fn new(kind: AuditKind, agent: &AgentInfo, ctx: &RunContext) -> Self {
-        let ts_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
+    fn new(kind: AuditKind, ts_ms: u64, agent: &AgentInfo, ctx: &RunContext) -> Self {
         Self {
             kind,
             ts_ms,
@@ -814,6 +846,7 @@ pub struct AuditHook {
     config: AuditConfig,
     masker: SensitiveDataMasker,
     pipeline: Pipeline,
+    clock: WallClock,
 }
 
 impl fmt::Debug for AuditHook {
@@ -832,6 +865,7 @@ impl AuditHook {
         Self {
             id: next_instance_id(),
             pipeline: Pipeline::new(sink, config.queue_capacity, config.on_full),
+            clock: WallClock::default(),
             config,
             masker,
         }
@@ -884,6 +918,7 @@ impl AuditHook {
     fn record_for(&self, event: &HookEvent) -> Option<AuditRecord> {
         let ctx = event.context();
         let agent = event.agent();
+        let ts = || self.clock.ms_at(event.timestamp());
         match event {
             HookEvent::PreCall(_) => {
                 drop(RunStates::reset(
@@ -927,6 +962,7 @@ impl AuditHook {
                     } else {
                         AuditKind::ToolCall
                     },
+                    ts(),
                     agent,
                     ctx,
                 );
@@ -951,7 +987,7 @@ impl AuditHook {
             }
             HookEvent::PostReasoning(e) => {
                 let correction = e.goto_requested()?;
-                let mut r = AuditRecord::new(AuditKind::ReasoningRedone, agent, ctx);
+                let mut r = AuditRecord::new(AuditKind::ReasoningRedone, ts(), agent, ctx);
                 let hint: Vec<String> = correction.iter().map(|m| m.text()).collect();
                 if !hint.is_empty() {
                     r.reason = Some(self.mask_text(&hint.join("\n")));
@@ -962,7 +998,7 @@ impl AuditHook {
             }
             HookEvent::PostCall(e) => {
                 drop(RunStates::<AuditRun>::take(ctx, self.id, &agent.id));
-                let mut r = AuditRecord::new(AuditKind::FinalAnswer, agent, ctx);
+                let mut r = AuditRecord::new(AuditKind::FinalAnswer, ts(), agent, ctx);
                 r.answer = Some(self.answer(&e.final_message().text()));
                 r.stop_reason = Some(stop_reason(e.reason()).to_owned());
                 r.flags = msg_flags(e.final_message());
@@ -970,7 +1006,7 @@ impl AuditHook {
             }
             HookEvent::Error(e) => {
                 drop(RunStates::<AuditRun>::take(ctx, self.id, &agent.id));
-                let mut r = AuditRecord::new(AuditKind::Error, agent, ctx);
+                let mut r = AuditRecord::new(AuditKind::Error, ts(), agent, ctx);
                 r.error = Some(self.mask_text(&e.error().to_string()));
                 r.error_kind = Some(format!("{:?}", e.error().kind()));
                 Some(r)
@@ -1151,4 +1187,22 @@ mod tests {
         assert_eq!(mask_json(&masker, &clean), clean);
         assert!(masked_json(&masker, &clean).is_none());
     }
+
+    #[test]
+    fn event_times_become_wall_clock_milliseconds_from_one_anchor() {
+        let clock = WallClock::default();
+        let start = Instant::now();
+        let before = wall_ms_now();
+        let t0 = clock.ms_at(start);
+        assert!(t0 >= before && t0 <= wall_ms_now(), "{before} {t0}");
+        // Within a second of the anchor: pure arithmetic, in both directions.
+        assert_eq!(clock.ms_at(start + Duration::from_millis(300)), t0 + 300);
+        assert_eq!(clock.ms_at(start + Duration::from_millis(999)), t0 + 999);
+        // Further away: the wall clock is read again (and becomes the anchor).
+        let far = start + Duration::from_secs(5);
+        let t1 = clock.ms_at(far);
+        assert!(t1 >= before && t1 <= wall_ms_now(), "{t1}");
+        assert_eq!(clock.ms_at(far + Duration::from_millis(10)), t1 + 10);
+    }
 }
+

@@ -479,3 +479,20 @@ fn records_left_queued_by_a_shut_down_runtime_are_written_by_the_next_flush() {
     assert_eq!(sink.len() as u64, stats.written);
     assert_eq!(stats.dropped, 0, "{stats:?}");
 }
+
+#[tokio::test]
+async fn records_carry_the_wall_clock_time_of_their_event() {
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let before = now_ms();
+    let records = audited_query(AuditConfig::default(), json!({"id": "A1"}), "done").await;
+    let after = now_ms();
+    assert_eq!(records.len(), 2);
+    for r in &records {
+        assert!(r.ts_ms >= before && r.ts_ms <= after, "{before} {} {after}", r.ts_ms);
+    }
+}
