@@ -227,7 +227,33 @@ mod reinside {
         agent_with(hooks, true)
     }
 
+    /// The W1 agent with the production hook set of the performance issue (latency,
+    /// masking incl. tool results, audit to a bounded in-memory sink, tool guard with
+    /// numeric caps, dynamic options).
+    pub fn production_agent() -> Agent {
+        let config: rein::hooks::HooksConfig = serde_json::from_value(json!({
+            "latency": {"enabled": true},
+            "masking": {"enabled": true, "mask_tool_results": true},
+            "audit": {"enabled": true},
+            "tool_guard": {"enabled": true, "numeric_caps": {"a": 1000, "b": 1000}},
+            "dynamic_options": {"enabled": true}
+        }))
+        .unwrap();
+        let hooks = config
+            .build_with(rein::hooks::HookServices::new().audit_sink(rein::hooks::MemoryAuditSink::bounded(1024)))
+            .unwrap();
+        hooks.install(base()).build().unwrap()
+    }
+
     fn agent_with(hooks: usize, sync: bool) -> Agent {
+        let mut b = base();
+        for _ in 0..hooks {
+            b = if sync { b.hook(NoopSync) } else { b.hook(Noop) };
+        }
+        b.build().unwrap()
+    }
+
+    fn base() -> AgentBuilder {
         let mut tools = Toolkit::new();
         tools
             .register(FunctionTool::new(
@@ -239,15 +265,11 @@ mod reinside {
                 },
             ))
             .unwrap();
-        let mut b = Agent::builder()
+        Agent::builder()
             .sys_prompt("You are a calculator.")
             .model(InstantModel)
             .toolkit(tools)
-            .without_global_hooks();
-        for _ in 0..hooks {
-            b = if sync { b.hook(NoopSync) } else { b.hook(Noop) };
-        }
-        b.build().unwrap()
+            .without_global_hooks()
     }
 
     pub async fn one_call(agent: &Agent) -> String {
@@ -339,12 +361,13 @@ fn main() {
     let rein0 = reinside::agent(0);
     let rein10 = reinside::agent(10);
     let rein10s = reinside::agent_sync(10);
-    let mut s: [Vec<f64>; 5] = Default::default();
+    let reinprod = reinside::production_agent();
+    let mut s: [Vec<f64>; 6] = Default::default();
     rt.block_on(async {
         assert_eq!(one_call(&rig0).await, "1 + 2 = 3");
         assert_eq!(reinside::one_call(&rein0).await, "1 + 2 = 3");
         for round in 0..=rounds {
-            let mut m = [0.0; 5];
+            let mut m = [0.0; 6];
             let t = Instant::now();
             for _ in 0..calls { std::hint::black_box(one_call(&rig0).await); }
             m[0] = t.elapsed().as_secs_f64() * 1e6 / calls as f64;
@@ -360,12 +383,15 @@ fn main() {
             let t = Instant::now();
             for _ in 0..calls { std::hint::black_box(reinside::one_call(&rein10s).await); }
             m[4] = t.elapsed().as_secs_f64() * 1e6 / calls as f64;
+            let t = Instant::now();
+            for _ in 0..calls { std::hint::black_box(reinside::one_call(&reinprod).await); }
+            m[5] = t.elapsed().as_secs_f64() * 1e6 / calls as f64;
             if round > 0 {
                 for (v, x) in s.iter_mut().zip(m) { v.push(x); }
             }
         }
     });
-    let [rig_w1, rein_w1, rig_h, rein_h, rein_hs] = s.map(median);
+    let [rig_w1, rein_w1, rig_h, rein_h, rein_hs, rein_prod] = s.map(median);
     let (rig_w2, rig_rss) = w2_runs("rig", 5);
     let (reina_w2, reina_rss) = w2_runs("rein-agents", 5);
     let (reins_w2, reins_rss) = w2_runs("rein-sessions", 5);
@@ -375,12 +401,14 @@ fn main() {
     println!("{:<44} {:>11.2}x {:>11.2}x", "  hooks overhead (W1+10 / W1)", rig_h / rig_w1, rein_h / rein_w1);
     println!("{:<44} {:>12} {:>9.2} µs {:>9.2}x", "W1 + 10 no-op SyncHooks per call (rein)", "-", rein_hs, rig_h / rein_hs);
     println!("{:<44} {:>12} {:>11.2}x", "  SyncHooks overhead (W1+10 / W1)", "-", rein_hs / rein_w1);
+    println!("{:<44} {:>12} {:>9.2} µs", "W1 + production hook set per call (rein)", "-", rein_prod);
+    println!("{:<44} {:>12} {:>11.2}x", "  production set overhead (/ W1)", "-", rein_prod / rein_w1);
     println!("{:<44} {:>10.3} s {:>10.3} s {:>9.2}x", "W2 wall, 1,000 agents", rig_w2, reina_w2, rig_w2 / reina_w2);
     println!("{:<44} {:>9.1} MB {:>9.1} MB", "W2 peak RSS, 1,000 agents", rig_rss, reina_rss);
     println!("{:<44} {:>12} {:>10.3} s", "W2 wall, 1 agent x 1,000 sessions", "-", reins_w2);
     println!("{:<44} {:>12} {:>9.1} MB", "W2 peak RSS, 1 agent x 1,000 sessions", "-", reins_rss);
     println!(
-        "RESULT w1_ratio={:.2} w1hooks_ratio={:.2} w1synchooks_ratio={:.2} w2_wall_ratio={:.2} rein_w2_rss_mb={:.1} rig_w2_rss_mb={:.1}",
-        rig_w1 / rein_w1, rig_h / rein_h, rig_h / rein_hs, rig_w2 / reina_w2, reina_rss, rig_rss
+        "RESULT w1_ratio={:.2} w1hooks_ratio={:.2} w1synchooks_ratio={:.2} rein_prod_overhead={:.2} w2_wall_ratio={:.2} rein_w2_rss_mb={:.1} rig_w2_rss_mb={:.1}",
+        rig_w1 / rein_w1, rig_h / rein_h, rig_h / rein_hs, rein_prod / rein_w1, rig_w2 / reina_w2, reina_rss, rig_rss
     );
 }
