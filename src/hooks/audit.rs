@@ -1205,4 +1205,3 @@ mod tests {
         assert_eq!(clock.ms_at(far + Duration::from_millis(10)), t1 + 10);
     }
 }
-

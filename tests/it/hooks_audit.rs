@@ -493,6 +493,10 @@ async fn records_carry_the_wall_clock_time_of_their_event() {
     let after = now_ms();
     assert_eq!(records.len(), 2);
     for r in &records {
-        assert!(r.ts_ms >= before && r.ts_ms <= after, "{before} {} {after}", r.ts_ms);
+        assert!(
+            r.ts_ms >= before && r.ts_ms <= after,
+            "{before} {} {after}",
+            r.ts_ms
+        );
     }
 }
