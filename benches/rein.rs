@@ -37,6 +37,7 @@ mod dispatch {
         .unwrap()
     }
 
+    /// As [`probe`], with [`NoopSync`] hooks.
     fn sync_probe(n: usize, interest: Interest, intervene: bool) -> DispatchProbe {
         DispatchProbe::new((0..n).map(|_| NoopSync {
             interest,
@@ -101,7 +102,7 @@ mod w1 {
         bencher.bench_local(|| rt.block_on(w1_call(&agent)));
     }
 
-    /// Ten `async fn` hooks that count the call and return.
+    /// Ten no-op `async fn` hooks.
     #[divan::bench]
     fn noop_hooks_10_every_event(bencher: Bencher) {
         let rt = runtime();

@@ -59,7 +59,11 @@ impl DispatchProbe {
             denial: None,
             changed: false,
         });
-        self.chain.dispatch(&mut ev).await?;
+        if self.chain.is_sync(EventKind::PreActing) {
+            self.chain.dispatch_sync(&mut ev)?;
+        } else {
+            self.chain.dispatch(&mut ev).await?;
+        }
         match ev {
             HookEvent::PreActing(e) => Ok(e.tool_use),
             _ => Err(Error::invalid_input("internal: PreActing changed variant")),

@@ -1010,11 +1010,7 @@ impl Call<'_> {
                 });
                 swap_chunk(ev, chunk, &mut msg);
                 // Notification event: failures are logged by the chain.
-                let _ = if agent.chain.is_sync(phase.chunk_kind()) {
-                    agent.chain.dispatch_sync(ev)
-                } else {
-                    agent.chain.dispatch(ev).await
-                };
+                let _ = self.dispatch(ev).await;
                 swap_back(ev, &mut msg);
             }
         }

@@ -155,14 +155,14 @@ impl HookChain {
     /// of the hook it is calling in the event before calling it, so a caught panic is
     /// attributed to that hook, handled per its policy, and dispatch resumes with the
     /// next hook. The common path (no hook panics) pays for one unwind guard per event.
+    ///
+    /// Correct for every event; an event whose subscribers are all sync hooks is
+    /// cheaper through [`HookChain::dispatch_sync`] (the caller checks
+    /// [`HookChain::is_sync`]: awaiting even a ready future costs a state machine).
     pub(crate) async fn dispatch(&self, event: &mut HookEvent) -> Result<(), Error> {
+        restamp(event);
         let kind = event.kind();
-        if self.is_sync(kind) {
-            return self.dispatch_sync(event);
-        }
         let list = &self.by_kind[kind as usize];
-        // A reused event (chunks) gets a fresh timestamp per dispatch.
-        event.meta_mut().stamp = std::sync::OnceLock::new();
         let mut from = 0;
         while from < list.len() {
             let run = AssertUnwindSafe(self.run_hooks(event, list, from))
@@ -179,12 +179,12 @@ impl HookChain {
         Ok(())
     }
 
-    /// [`HookChain::dispatch`] for an event whose subscribers are all sync hooks
-    /// (see [`HookChain::is_sync`]): a plain call, same ordering, failure handling and
-    /// panic attribution.
+    /// [`HookChain::dispatch`] for an event whose subscribers are all sync hooks (see
+    /// [`HookChain::is_sync`]): a plain call, same ordering, failure handling and panic
+    /// attribution.
     pub(crate) fn dispatch_sync(&self, event: &mut HookEvent) -> Result<(), Error> {
+        restamp(event);
         let list = &self.by_kind[event.kind() as usize];
-        event.meta_mut().stamp = std::sync::OnceLock::new();
         let mut from = 0;
         while from < list.len() {
             let run =
@@ -302,6 +302,12 @@ impl HookChain {
         }
         SyncRun::Done
     }
+}
+
+/// Gives an event a fresh timestamp for this dispatch (a chunk event object is reused
+/// for every chunk).
+fn restamp(event: &mut HookEvent) {
+    event.meta_mut().stamp = std::sync::OnceLock::new();
 }
 
 /// Where a run of sync hooks stopped.

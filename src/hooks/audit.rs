@@ -545,6 +545,8 @@ struct Queue {
     worker: bool,
     /// The writer found the queue empty and waits to be woken.
     idle: bool,
+    /// The hook is gone: the writer exits once the queue is empty.
+    closed: bool,
 }
 
 impl Queue {
@@ -626,15 +628,31 @@ impl Shared {
         self.lock().done += 1;
         self.finished.notify_waiters();
     }
+
+    /// Accepts a record and writes it on the caller's task (no writer can run).
+    async fn write_direct(&self, record: AuditRecord) {
+        self.lock().submitted += 1;
+        self.write_here(record).await;
+    }
+
+    /// Writes an accepted record on the caller's task and marks it finished.
+    async fn write_here(&self, record: AuditRecord) {
+        deliver(&*self.sink, record, &self.counters).await;
+        self.finish_one();
+    }
 }
 
 /// The writer task: takes every queued record in one batch (one lock, no per-record
-/// wake-up) and writes them in order; sleeps while the queue is empty.
+/// wake-up) and writes them in order; sleeps while the queue is empty, and ends once
+/// the hook is dropped and the queue drained.
 async fn writer(mut w: Writer) {
     loop {
         let sleep = {
             let mut q = w.shared.lock();
             if q.records.is_empty() {
+                if q.closed {
+                    return;
+                }
                 q.idle = true;
                 true
             } else {
@@ -687,6 +705,14 @@ enum Blocked {
 /// The bounded queue and its background writer.
 struct Pipeline {
     shared: Arc<Shared>,
+}
+
+impl Drop for Pipeline {
+    /// Lets the writer finish what is queued and end, instead of sleeping forever.
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.wake_writer.notify_one();
+    }
 }
 
 impl Pipeline {
@@ -746,13 +772,10 @@ impl Pipeline {
     async fn submit_blocked(&self, blocked: Blocked) {
         let shared = &self.shared;
         let mut record = match blocked {
-            Blocked::Direct(record) => {
-                shared.lock().submitted += 1;
-                deliver(&*shared.sink, *record, &shared.counters).await;
-                shared.finish_one();
-                return;
-            }
             Blocked::Full(record) => record,
+            Blocked::Direct(record) => {
+                return shared.write_direct(*record).await;
+            }
         };
         let mut pending = Pending {
             counters: &shared.counters,
@@ -768,7 +791,7 @@ impl Pipeline {
                 Err(Blocked::Full(back)) => record = back,
                 Err(Blocked::Direct(back)) => {
                     pending.armed = false;
-                    return Box::pin(self.submit_blocked(Blocked::Direct(back))).await;
+                    return shared.write_direct(*back).await;
                 }
             }
             room.await;
@@ -800,8 +823,7 @@ impl Pipeline {
                 progress.await;
             } else {
                 for record in left {
-                    deliver(&*shared.sink, record, &shared.counters).await;
-                    shared.finish_one();
+                    shared.write_here(record).await;
                 }
             }
         }
@@ -1203,5 +1225,26 @@ mod tests {
         let t1 = clock.ms_at(far);
         assert!(t1 >= before && t1 <= wall_ms_now(), "{t1}");
         assert_eq!(clock.ms_at(far + Duration::from_millis(10)), t1 + 10);
+    }
+
+    #[tokio::test]
+    async fn dropping_the_hook_ends_its_writer_after_the_queued_records() {
+        let sink = MemoryAuditSink::new();
+        let pipeline = Pipeline::new(Arc::new(sink.clone()), 8, QueueFull::Wait);
+        let info = AgentInfo {
+            id: "a".into(),
+            name: "a".into(),
+            parent_id: None,
+            depth: 0,
+        };
+        let record = AuditRecord::new(AuditKind::FinalAnswer, 0, &info, &RunContext::new());
+        assert!(pipeline.try_submit(record).is_ok());
+        let shared = Arc::downgrade(&pipeline.shared);
+        drop(pipeline);
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(sink.len(), 1, "the queued record is still written");
+        assert!(shared.upgrade().is_none(), "the writer task ended");
     }
 }

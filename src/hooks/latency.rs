@@ -253,10 +253,23 @@ type Row = [Option<Histogram<u64>>; 4];
 struct Series {
     /// Samples without a tool label, by [`Segment`].
     plain: [Row; 5],
-    /// Tool samples by tool name, in first-seen order (at most `max_tool_labels`).
+    /// Tool samples by label, in first-seen order: at most `max_tool_labels` tool
+    /// names, plus `other` for the names beyond them.
     tools: Vec<(Box<str>, Row)>,
-    /// Tool samples of names beyond `max_tool_labels`.
-    other: Row,
+}
+
+impl Series {
+    /// The row of tool label `label`, created if absent.
+    fn tool_row(&mut self, label: &str) -> &mut Row {
+        let i = match self.tools.iter().position(|(name, _)| **name == *label) {
+            Some(i) => i,
+            None => {
+                self.tools.push((label.into(), Row::default()));
+                self.tools.len() - 1
+            }
+        };
+        &mut self.tools[i].1
+    }
 }
 
 /// The hook's aggregate: histograms only, no per-call state.
@@ -277,17 +290,19 @@ impl Recorder {
         let label = {
             let mut guard = self.lock();
             let series = &mut *guard;
-            let (row, label) = match tool {
-                None => (&mut series.plain[segment as usize], None),
-                Some(t) => match series.tools.iter().position(|(name, _)| **name == *t) {
-                    Some(i) => (&mut series.tools[i].1, Some(t)),
-                    None if series.tools.len() < self.max_tool_labels => {
-                        series.tools.push((t.into(), Row::default()));
-                        let last = series.tools.len() - 1;
-                        (&mut series.tools[last].1, Some(t))
-                    }
-                    None => (&mut series.other, Some("other")),
-                },
+            let label = tool.map(|t| {
+                let known = series.tools.iter().any(|(name, _)| **name == *t);
+                // The overflow label "other" is not counted as a tool name.
+                let named = || series.tools.iter().filter(|(n, _)| &**n != "other").count();
+                if known || named() < self.max_tool_labels {
+                    t
+                } else {
+                    "other"
+                }
+            });
+            let row = match label {
+                None => &mut series.plain[segment as usize],
+                Some(l) => series.tool_row(l),
             };
             let slot = &mut row[outcome as usize];
             if slot.is_none() {
@@ -339,7 +354,6 @@ impl Recorder {
                 .iter()
                 .map(|(name, row)| (Segment::Tool, Some(&**name), row)),
         );
-        rows.push((Segment::Tool, Some("other"), &series.other));
         let mut out: Vec<LatencySeries> = rows
             .into_iter()
             .flat_map(|(segment, tool, row)| {

@@ -2,13 +2,13 @@
 //! by [`SelfCorrectionHook`](super::SelfCorrectionHook) and
 //! [`DynamicOptionsHook`](super::DynamicOptionsHook).
 
-/// Finds keywords in text, ignoring occurrences that are part of an exclusion phrase,
-/// negated, or conditional. ASCII letters match case-insensitively; everything else
-/// matches exactly.
 use std::borrow::Cow;
 
 use aho_corasick::AhoCorasick;
 
+/// Finds keywords in text, ignoring occurrences that are part of an exclusion phrase,
+/// negated, or conditional. ASCII letters match case-insensitively; everything else
+/// matches exactly.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct PhraseMatcher {
     keywords: Vec<String>,
@@ -90,10 +90,7 @@ impl PhraseMatcher {
     /// The first keyword (as configured, normalized) with an occurrence in `text` that
     /// is not inside an exclusion phrase, not preceded by a negation (allowing up to
     /// `negation_window` characters in between) and not followed by a conditional
-    /// suffix.
-    /// The first keyword (in configuration order) with an occurrence in `text` that is
-    /// not inside an exclusion phrase, not negated and not followed by a conditional
-    /// suffix. ASCII letters match case-insensitively.
+    /// suffix. Occurrences may overlap.
     pub(crate) fn find(&self, text: &str) -> Option<&str> {
         if self.keywords.is_empty() || text.is_empty() {
             return None;
@@ -134,6 +131,8 @@ impl PhraseMatcher {
         best.and_then(|p| self.keywords.get(p)).map(String::as_str)
     }
 
+    /// Whether `before` ends with a negation followed by at most `negation_window`
+    /// characters.
     fn negated(&self, before: &str) -> bool {
         if self.negations.is_empty() {
             return false;

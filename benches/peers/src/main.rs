@@ -170,37 +170,14 @@ async fn one_call(agent: &Agent) -> String {
 
 
 // ---------- rein side ----------
+/// The fake model, tool and production hook set shared with rein's own benches.
+#[path = "../../support/mod.rs"]
+mod support;
+
 mod reinside {
     use rein::*;
-    use serde_json::json;
 
-    pub struct InstantModel;
-
-    impl Model for InstantModel {
-        fn name(&self) -> &str {
-            "instant"
-        }
-        fn stream(&self, request: ModelRequest) -> ModelStream {
-            let after_tool = request.messages.last().is_some_and(|m| m.role == Role::Tool);
-            let chunks = if after_tool {
-                vec![
-                    Ok(ModelChunk::Text("1 + 2 = 3".to_owned())),
-                    Ok(ModelChunk::Finish(FinishReason::Stop)),
-                ]
-            } else {
-                vec![
-                    Ok(ModelChunk::ToolCall {
-                        index: 0,
-                        id: Some("call_1".to_owned()),
-                        name: Some("add".to_owned()),
-                        arguments: r#"{"a":1,"b":2}"#.to_owned(),
-                    }),
-                    Ok(ModelChunk::Finish(FinishReason::ToolCalls)),
-                ]
-            };
-            Box::pin(futures::stream::iter(chunks))
-        }
-    }
+    use super::support::w1_agent_with;
 
     struct Noop;
     impl Hook for Noop {
@@ -220,65 +197,22 @@ mod reinside {
     }
 
     pub fn agent(hooks: usize) -> Agent {
-        agent_with(hooks, false)
+        w1_agent_with(hooks, || Noop)
     }
 
     pub fn agent_sync(hooks: usize) -> Agent {
-        agent_with(hooks, true)
+        w1_agent_with(hooks, || NoopSync)
     }
 
     /// The W1 agent with the production hook set of the performance issue (latency,
     /// masking incl. tool results, audit to a bounded in-memory sink, tool guard with
     /// numeric caps, dynamic options).
     pub fn production_agent() -> Agent {
-        let config: rein::hooks::HooksConfig = serde_json::from_value(json!({
-            "latency": {"enabled": true},
-            "masking": {"enabled": true, "mask_tool_results": true},
-            "audit": {"enabled": true},
-            "tool_guard": {"enabled": true, "numeric_caps": {"a": 1000, "b": 1000}},
-            "dynamic_options": {"enabled": true}
-        }))
-        .unwrap();
-        let hooks = config
-            .build_with(rein::hooks::HookServices::new().audit_sink(rein::hooks::MemoryAuditSink::bounded(1024)))
-            .unwrap();
-        hooks.install(base()).build().unwrap()
-    }
-
-    fn agent_with(hooks: usize, sync: bool) -> Agent {
-        let mut b = base();
-        for _ in 0..hooks {
-            b = if sync { b.hook(NoopSync) } else { b.hook(Noop) };
-        }
-        b.build().unwrap()
-    }
-
-    fn base() -> AgentBuilder {
-        let mut tools = Toolkit::new();
-        tools
-            .register(FunctionTool::new(
-                "add",
-                "Add two integers",
-                json!({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"]}),
-                |args| async move {
-                    Ok((args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)).to_string())
-                },
-            ))
-            .unwrap();
-        Agent::builder()
-            .sys_prompt("You are a calculator.")
-            .model(InstantModel)
-            .toolkit(tools)
-            .without_global_hooks()
+        super::support::w1_production_agent()
     }
 
     pub async fn one_call(agent: &Agent) -> String {
-        let reply = agent
-            .call_with(vec![Msg::user("What is 1 + 2?")], RunContext::new().with_session_id("w1"))
-            .await
-            .unwrap();
-        agent.forget_session(&SessionKey::new(None, "w1"));
-        reply.text()
+        super::support::w1_call(agent).await.text()
     }
 }
 
