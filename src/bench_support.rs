@@ -58,6 +58,7 @@ impl DispatchProbe {
             tool_use,
             denial: None,
             changed: false,
+            changed_by: None,
         });
         if self.chain.is_sync(EventKind::PreActing) {
             self.chain.dispatch_sync(&mut ev)?;

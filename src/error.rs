@@ -34,6 +34,9 @@ pub enum ErrorKind {
     /// [`Error::store_error`] (a version conflict is
     /// [`StoreErrorKind::Conflict`](crate::StoreErrorKind::Conflict)).
     Store,
+    /// An invariant of the runtime itself broke: a bug in rein, never the caller's
+    /// input. The message says which invariant.
+    Internal,
 }
 
 /// How a hook failed.
@@ -142,6 +145,11 @@ impl Error {
 
     pub(crate) fn invalid_input(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidInput, message.into())
+    }
+
+    /// A broken runtime invariant (a rein bug), never blamed on the caller.
+    pub(crate) fn internal(what: &str) -> Self {
+        Self::new(ErrorKind::Internal, format!("internal error (a rein bug): {what}"))
     }
 
     /// The kind of failure.

@@ -65,6 +65,13 @@ pub enum DecisionKind {
     Stop,
     /// The caller's reply replaced (`PostCall`).
     FinalMessageReplaced,
+    /// The runtime refused a tool call before any hook saw it: arguments that are not
+    /// a JSON object or fail the tool's schema, an unknown tool, or more calls in one
+    /// turn than the agent allows (`before` holds the status, e.g. `unknown_tool`).
+    ToolCallRejected,
+    /// The runtime cut a tool result longer than the agent's maximum (`before` holds
+    /// the original length in bytes).
+    ToolResultTruncated,
 }
 
 impl DecisionKind {
@@ -81,6 +88,8 @@ impl DecisionKind {
             DecisionKind::Goto => "goto",
             DecisionKind::Stop => "stop",
             DecisionKind::FinalMessageReplaced => "final_message_replaced",
+            DecisionKind::ToolCallRejected => "tool_call_rejected",
+            DecisionKind::ToolResultTruncated => "tool_result_truncated",
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::memory::Sessions;
-use super::{Agent, AgentInfo, AgentInner, SessionStore};
+use super::{Agent, AgentInfo, AgentInner, Limits, SessionStore};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::hook::{HookChain, HookRegistry, IntoHook, RegisteredHook};
 use crate::mcp::McpServerConfig;
@@ -36,6 +36,7 @@ pub struct AgentBuilder {
     pub(crate) options: GenerateOptions,
     pub(crate) tool_timeout: Duration,
     pub(crate) hook_timeout: Option<Duration>,
+    pub(crate) limits: Limits,
     pub(crate) store: Option<Arc<dyn SessionStore>>,
     pub(crate) workspace: Option<PathBuf>,
     pub(crate) subagents: Vec<SubagentDeclaration>,
@@ -68,6 +69,7 @@ impl Clone for AgentBuilder {
             options: self.options.clone(),
             tool_timeout: self.tool_timeout,
             hook_timeout: self.hook_timeout,
+            limits: self.limits,
             store: self.store.clone(),
             workspace: self.workspace.clone(),
             subagents: self.subagents.clone(),
@@ -120,6 +122,7 @@ impl AgentBuilder {
             options: GenerateOptions::default(),
             tool_timeout: Duration::from_secs(300),
             hook_timeout: None,
+            limits: Limits::default(),
             store: None,
             workspace: None,
             subagents: Vec::new(),
@@ -211,6 +214,32 @@ impl AgentBuilder {
     /// greater than zero).
     pub fn tool_timeout(mut self, d: Duration) -> Self {
         self.tool_timeout = d;
+        self
+    }
+
+    /// Most tool calls of one model turn that run (default 64, at least 1). Calls past
+    /// the limit are refused before any hook sees them: each gets an error result
+    /// telling the model to call fewer tools at once, recorded in the decision trail
+    /// as [`DecisionKind::ToolCallRejected`](crate::DecisionKind::ToolCallRejected).
+    pub fn max_tool_calls_per_turn(mut self, n: usize) -> Self {
+        self.limits.max_tool_calls_per_turn = n;
+        self
+    }
+
+    /// Most concurrency-safe tool calls of one turn that run at the same time (default
+    /// 16, at least 1); the others wait for a slot, results stay in call order.
+    pub fn tool_concurrency(mut self, n: usize) -> Self {
+        self.limits.tool_concurrency = n;
+        self
+    }
+
+    /// Largest tool result, in bytes, that reaches memory and the model (default
+    /// 1 MiB, at least 1). A longer result is cut on a character boundary and ends
+    /// with a marker saying how many bytes the tool returned; `PostActing` hooks see
+    /// the cut result, and the cut is recorded in the decision trail as
+    /// [`DecisionKind::ToolResultTruncated`](crate::DecisionKind::ToolResultTruncated).
+    pub fn max_tool_result_bytes(mut self, n: usize) -> Self {
+        self.limits.max_tool_result_bytes = n;
         self
     }
 
@@ -431,6 +460,18 @@ impl AgentBuilder {
                 "max_iters must be at least 1",
             ));
         }
+        for (value, what) in [
+            (self.limits.max_tool_calls_per_turn, "max_tool_calls_per_turn"),
+            (self.limits.tool_concurrency, "tool_concurrency"),
+            (self.limits.max_tool_result_bytes, "max_tool_result_bytes"),
+        ] {
+            if value == 0 {
+                return Err(BuildError::new(
+                    BuildErrorKind::InvalidConfig,
+                    format!("{what} must be at least 1"),
+                ));
+            }
+        }
         if self.tool_timeout.is_zero() {
             return Err(BuildError::new(
                 BuildErrorKind::InvalidConfig,
@@ -614,6 +655,7 @@ impl AgentBuilder {
                 max_iters: self.max_iters,
                 max_gotos: self.max_gotos,
                 tool_timeout: self.tool_timeout,
+                limits: self.limits,
                 sessions: Sessions::default(),
                 store: self.store,
                 delegation,

@@ -2,6 +2,7 @@
 
 use std::any::{Any, TypeId};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::util::new_id;
@@ -33,7 +34,9 @@ pub struct Extensions {
     map: Arc<Mutex<Slots>>,
 }
 
-type Slots = Vec<(TypeId, Arc<dyn Any + Send + Sync>)>;
+/// `(type, value, run-local)`: run-local values (hook state of the run in progress)
+/// are not carried into the context of another run.
+type Slots = Vec<(TypeId, Arc<dyn Any + Send + Sync>, bool)>;
 
 impl Extensions {
     fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
@@ -41,7 +44,7 @@ impl Extensions {
     }
 
     fn find(slots: &Slots, id: TypeId) -> Option<usize> {
-        slots.iter().position(|(t, _)| *t == id)
+        slots.iter().position(|(t, _, _)| *t == id)
     }
 
     /// Stores `value`, replacing a previous value of the same type (returned).
@@ -52,7 +55,7 @@ impl Extensions {
         match Self::find(&slots, id) {
             Some(i) => std::mem::replace(&mut slots[i].1, new).downcast::<T>().ok(),
             None => {
-                slots.push((id, new));
+                slots.push((id, new, false));
                 None
             }
         }
@@ -67,6 +70,23 @@ impl Extensions {
 
     /// The value of type `T`, inserting `init()` first if absent.
     pub fn get_or_insert_with<T: Send + Sync + 'static>(&self, init: impl FnOnce() -> T) -> Arc<T> {
+        self.get_or_insert_marked(init, false)
+    }
+
+    /// [`Extensions::get_or_insert_with`] for state that belongs to the run in progress
+    /// (hook state): it is never carried into another run's context.
+    pub(crate) fn get_or_insert_run_local<T: Send + Sync + 'static>(
+        &self,
+        init: impl FnOnce() -> T,
+    ) -> Arc<T> {
+        self.get_or_insert_marked(init, true)
+    }
+
+    fn get_or_insert_marked<T: Send + Sync + 'static>(
+        &self,
+        init: impl FnOnce() -> T,
+        run_local: bool,
+    ) -> Arc<T> {
         let id = TypeId::of::<T>();
         let mut slots = self.lock();
         if let Some(i) = Self::find(&slots, id)
@@ -77,10 +97,24 @@ impl Extensions {
         let v = Arc::new(init());
         let erased: Arc<dyn Any + Send + Sync> = v.clone();
         match Self::find(&slots, id) {
-            Some(i) => slots[i].1 = erased,
-            None => slots.push((id, erased)),
+            Some(i) => slots[i] = (id, erased, run_local),
+            None => slots.push((id, erased, run_local)),
         }
         v
+    }
+
+    /// A new storage holding the values stored now (the same `Arc`s), less run-local
+    /// state; later inserts into either are not seen by the other.
+    fn snapshot(&self) -> Self {
+        let slots: Slots = self
+            .lock()
+            .iter()
+            .filter(|(_, _, run_local)| !run_local)
+            .cloned()
+            .collect();
+        Self {
+            map: Arc::new(Mutex::new(slots)),
+        }
     }
 
     /// Removes and returns the value of type `T`.
@@ -123,10 +157,35 @@ struct Ids {
 /// (default `"default"`) and user id select the conversation: calls on the same
 /// (user, session) are serialized in arrival order; different sessions run
 /// concurrently. Clones share the ids and the extensions.
+///
+/// # One run at a time
+/// A context describes one run. Reusing it for a *later* call (for example to resume a
+/// call stopped for approval, with [`ApprovalDecisions`](crate::hooks::ApprovalDecisions)
+/// in its extensions) continues that run. But two calls cannot be the same run at the
+/// same time: when a call starts with a context (or a clone of one) whose run is still
+/// in progress in another call, the new call runs in a *fresh run* derived from it — a
+/// new run id and its own extensions holding the values stored before the call started
+/// (the same `Arc`s), but none of the other call's hook state. Hooks and tools of the
+/// second call then see the derived context, and nothing they store reaches the
+/// caller's context. So concurrent calls never share run ids or per-run hook state.
 #[derive(Clone, Debug)]
 pub struct RunContext {
     ids: Arc<Ids>,
     extensions: Extensions,
+    /// Set while a call runs in this run (shared by clones).
+    active: Arc<AtomicBool>,
+}
+
+/// Marks a run as in progress for the duration of one call; clears it on drop.
+#[derive(Debug)]
+pub(crate) struct ActiveRun {
+    flag: Arc<AtomicBool>,
+}
+
+impl Drop for ActiveRun {
+    fn drop(&mut self) {
+        self.flag.store(false, Ordering::Release);
+    }
 }
 
 impl Default for RunContext {
@@ -145,7 +204,37 @@ impl RunContext {
                 user_id: None,
             }),
             extensions: Extensions::default(),
+            active: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Starts a call in this context: the context itself when its run is not in
+    /// progress elsewhere, else a fresh run derived from it (see the type's docs).
+    pub(crate) fn begin_run(self) -> (RunContext, ActiveRun) {
+        if self
+            .active
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            let flag = Arc::clone(&self.active);
+            return (self, ActiveRun { flag });
+        }
+        let derived = RunContext {
+            ids: Arc::new(Ids {
+                run_id: new_id("run"),
+                session_id: self.ids.session_id.clone(),
+                user_id: self.ids.user_id.clone(),
+            }),
+            extensions: self.extensions.snapshot(),
+            active: Arc::new(AtomicBool::new(true)),
+        };
+        tracing::debug!(
+            run_id = %self.ids.run_id,
+            derived = %derived.ids.run_id,
+            "run context already in use by a running call; this call runs in a fresh run"
+        );
+        let flag = Arc::clone(&derived.active);
+        (derived, ActiveRun { flag })
     }
 
     fn ids_mut(&mut self) -> &mut Ids {
@@ -166,10 +255,12 @@ impl RunContext {
         self
     }
 
-    /// Sets the run id (normally generated).
+    /// Sets the run id (normally generated). The context then describes a new run:
+    /// it no longer counts as in progress where the original is.
     #[must_use]
     pub fn with_run_id(mut self, s: impl Into<String>) -> Self {
         self.ids_mut().run_id = s.into();
+        self.active = Arc::new(AtomicBool::new(false));
         self
     }
 

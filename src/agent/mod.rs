@@ -44,6 +44,7 @@
 mod builder;
 mod context;
 mod file_store;
+mod acting;
 mod memory;
 mod run;
 mod store;
@@ -51,6 +52,7 @@ mod stream;
 
 pub use builder::AgentBuilder;
 
+pub use acting::MAX_PRE_ACTING_PASSES;
 pub use context::{AgentInfo, Extensions, RunContext};
 pub use file_store::FileSessionStore;
 pub use memory::SessionKey;
@@ -103,6 +105,26 @@ pub struct CallOutcome {
     pub decisions: Vec<Decision>,
 }
 
+/// Bounds on what one model turn can make the runtime do (see the builder's
+/// [`AgentBuilder::max_tool_calls_per_turn`], [`AgentBuilder::tool_concurrency`] and
+/// [`AgentBuilder::max_tool_result_bytes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) max_tool_calls_per_turn: usize,
+    pub(crate) tool_concurrency: usize,
+    pub(crate) max_tool_result_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_tool_calls_per_turn: 64,
+            tool_concurrency: 16,
+            max_tool_result_bytes: 1 << 20,
+        }
+    }
+}
+
 /// Everything an agent is, shared by its clones.
 pub(crate) struct AgentInner {
     pub(crate) info: Arc<AgentInfo>,
@@ -116,6 +138,7 @@ pub(crate) struct AgentInner {
     pub(crate) max_iters: u32,
     pub(crate) max_gotos: u32,
     pub(crate) tool_timeout: Duration,
+    pub(crate) limits: Limits,
     pub(crate) sessions: Sessions,
     pub(crate) store: Option<Arc<dyn SessionStore>>,
     /// Present when the agent can delegate (it then has the `agent_spawn` tool).

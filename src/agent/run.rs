@@ -4,7 +4,6 @@ use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{FutureExt, StreamExt};
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender as EventSender;
@@ -14,16 +13,15 @@ use super::stream::AgentEvent;
 use super::{AgentInner, CallOutcome, RunContext, StopReason};
 use crate::error::Error;
 use crate::hook::{
-    ActingChunkEvent, ErrorEvent, EventKind, EventMeta, HookEvent, PostActingEvent, PostCallEvent,
-    PostReasoningEvent, PostSummaryEvent, PreActingEvent, PreCallEvent, PreReasoningEvent,
-    PreSummaryEvent, ReasoningChunkEvent, SummaryChunkEvent,
+    ErrorEvent, EventKind, EventMeta, HookEvent, PostCallEvent, PostReasoningEvent,
+    PostSummaryEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent, ReasoningChunkEvent,
+    SummaryChunkEvent,
 };
 use crate::message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
 use crate::model::{
     FinishReason, Messages, ModelChunk, ModelError, ModelErrorKind, ModelRequest, Usage,
 };
 use crate::observe::{Decision, TrailMode};
-use crate::tool::{ProgressChunk, ToolContext};
 use crate::util::{new_id, panic_message};
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -43,20 +41,14 @@ const REDONE: &str = "not executed: reasoning was redone";
 const SUPERSEDED: &str =
     "not executed: the conversation continued with new input before this tool ran";
 
-type Sink = EventSender<AgentEvent>;
+pub(super) type Sink = EventSender<AgentEvent>;
 
-fn emit(sink: Option<&Sink>, event: impl FnOnce() -> AgentEvent) {
+pub(super) fn emit(sink: Option<&Sink>, event: impl FnOnce() -> AgentEvent) {
     if let Some(tx) = sink {
         // A dropped receiver means nobody reads the stream any more; the call itself
         // is dropped with it, so there is nothing else to do.
         let _ = tx.send(event());
     }
-}
-
-/// A tool call after `PreActing`.
-struct Planned {
-    tool_use: ToolUse,
-    denial: Option<String>,
 }
 
 /// Which model step a stream belongs to.
@@ -83,17 +75,17 @@ impl Phase {
 }
 
 /// One call in progress.
-struct Call<'a> {
-    agent: &'a AgentInner,
-    meta: EventMeta,
-    ctx: &'a RunContext,
-    sink: Option<&'a Sink>,
+pub(super) struct Call<'a> {
+    pub(super) agent: &'a AgentInner,
+    pub(super) meta: EventMeta,
+    pub(super) ctx: &'a RunContext,
+    pub(super) sink: Option<&'a Sink>,
     system: Option<Arc<Msg>>,
     usage: Usage,
     last_usage: Usage,
     model_calls: u32,
     /// Decisions recorded so far (only touched when the call records).
-    trail: Mutex<Vec<Decision>>,
+    pub(super) trail: Mutex<Vec<Decision>>,
 }
 
 impl AgentInner {
@@ -104,6 +96,8 @@ impl AgentInner {
         ctx: RunContext,
         sink: Option<Sink>,
     ) -> Result<CallOutcome, Error> {
+        // Held until the call ends (or its future is dropped).
+        let (ctx, _active) = ctx.begin_run();
         let span = tracing::info_span!(
             "invoke_agent",
             otel.name = Empty,
@@ -249,7 +243,7 @@ impl AgentInner {
         match event {
             HookEvent::Error(e) => e.error,
             // Dispatch never changes the variant.
-            _ => Error::invalid_input("internal: error event changed variant"),
+            _ => Error::internal("error event changed variant"),
         }
     }
 }
@@ -257,13 +251,36 @@ impl AgentInner {
 impl Call<'_> {
     /// Dispatches an event; decisions hooks made are emitted on the current span and
     /// kept for the outcome.
-    async fn dispatch(&self, event: &mut HookEvent) -> Result<(), Error> {
+    pub(super) async fn dispatch(&self, event: &mut HookEvent) -> Result<(), Error> {
         let chain = &self.agent.chain;
         let result = if chain.is_sync(event.kind()) {
             chain.dispatch_sync(event)
         } else {
             chain.dispatch(event).await
         };
+        self.keep_trail(event);
+        result
+    }
+
+    /// [`Call::dispatch`] to the subscribers in `list` only (a subsequence of the
+    /// event kind's subscribers).
+    pub(super) async fn dispatch_list(
+        &self,
+        event: &mut HookEvent,
+        list: &[u16],
+    ) -> Result<(), Error> {
+        let chain = &self.agent.chain;
+        let result = if chain.is_sync(event.kind()) {
+            chain.dispatch_sync_list(event, list)
+        } else {
+            chain.dispatch_list(event, list).await
+        };
+        self.keep_trail(event);
+        result
+    }
+
+    /// Moves the decisions hooks made during a dispatch to the call's trail.
+    fn keep_trail(&self, event: &mut HookEvent) {
         if self.meta.mode.on {
             let made = std::mem::take(&mut event.meta_mut().trail);
             if !made.is_empty() {
@@ -276,14 +293,13 @@ impl Call<'_> {
                     .extend(made);
             }
         }
-        result
     }
 
     fn take_trail(&self) -> Vec<Decision> {
         std::mem::take(&mut *self.trail.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    fn wants(&self, kind: EventKind) -> bool {
+    pub(super) fn wants(&self, kind: EventKind) -> bool {
         self.agent.chain.wants(kind)
     }
 
@@ -304,7 +320,7 @@ impl Call<'_> {
             });
             self.dispatch(&mut ev).await?;
             let HookEvent::PreCall(e) = ev else {
-                return Err(Error::invalid_input("internal: PreCall changed variant"));
+                return Err(Error::internal("PreCall changed variant"));
             };
             input = e.messages;
             system_prompt = e.system_prompt;
@@ -378,9 +394,13 @@ impl Call<'_> {
     ) -> Result<Option<Vec<ToolUse>>, Error> {
         let pending = memory.pending_tool_uses();
         let pending_ids: HashSet<&str> = pending.iter().map(|u| u.id.as_str()).collect();
+        let exchanges = check_input_exchanges(memory.messages(), &pending_ids, &input)?;
         let mut supplied: HashSet<String> = HashSet::new();
         for (i, msg) in input.iter().enumerate() {
             for r in msg.tool_results() {
+                if exchanges.contains(r.id.as_str()) {
+                    continue;
+                }
                 if !pending_ids.contains(r.id.as_str()) {
                     return Err(Error::invalid_input(format!(
                         "call input message {i} has a result for tool call `{}` ({}), which is not pending",
@@ -427,7 +447,7 @@ impl Call<'_> {
             let (r, o): (Vec<ContentBlock>, Vec<ContentBlock>) = m
                 .content
                 .into_iter()
-                .partition(|b| matches!(b, ContentBlock::ToolResult(_)));
+                .partition(|b| matches!(b, ContentBlock::ToolResult(r) if supplied.contains(&r.id)));
             results.extend(r);
             if !o.is_empty() {
                 m.content = o;
@@ -459,9 +479,7 @@ impl Call<'_> {
             });
             self.dispatch(&mut ev).await?;
             let HookEvent::PreReasoning(e) = ev else {
-                return Err(Error::invalid_input(
-                    "internal: PreReasoning changed variant",
-                ));
+                return Err(Error::internal("PreReasoning changed variant"));
             };
             messages = e.messages;
             options = e.options;
@@ -496,9 +514,7 @@ impl Call<'_> {
         });
         self.dispatch(&mut ev).await?;
         let HookEvent::PostReasoning(e) = ev else {
-            return Err(Error::invalid_input(
-                "internal: PostReasoning changed variant",
-            ));
+            return Err(Error::internal("PostReasoning changed variant"));
         };
         Ok((e.message, e.goto, e.stop))
     }
@@ -548,264 +564,6 @@ impl Call<'_> {
         Ok(())
     }
 
-    /// `PreActing` for each call, execution, `PostActing` for each result. Returns the
-    /// turn's tool message when a hook stopped the loop.
-    async fn act(
-        &mut self,
-        memory: &mut CallMemory,
-        uses: Vec<ToolUse>,
-    ) -> Result<Option<Msg>, Error> {
-        let mut planned = Vec::with_capacity(uses.len());
-        for tool_use in uses {
-            if !self.wants(EventKind::PreActing) {
-                planned.push(Planned {
-                    tool_use,
-                    denial: None,
-                });
-                continue;
-            }
-            let mut ev = HookEvent::PreActing(PreActingEvent {
-                meta: self.meta.clone(),
-                tool_use,
-                denial: None,
-                changed: false,
-            });
-            self.dispatch(&mut ev).await?;
-            let HookEvent::PreActing(e) = ev else {
-                return Err(Error::invalid_input("internal: PreActing changed variant"));
-            };
-            if e.changed {
-                memory.update_tool_use(&e.tool_use);
-            }
-            #[cfg(feature = "metrics")]
-            if let Some(d) = &e.denial {
-                crate::observe::metrics_impl::denial(
-                    d.hook.as_deref().unwrap_or("<runtime>"),
-                    crate::observe::metrics_impl::tool_label(
-                        self.agent.tool_labels.as_deref(),
-                        &e.tool_use.name,
-                    ),
-                );
-            }
-            planned.push(Planned {
-                tool_use: e.tool_use,
-                denial: e.denial.map(|d| d.reason),
-            });
-        }
-        for p in &planned {
-            emit(self.sink, || AgentEvent::ToolCall(p.tool_use.clone()));
-        }
-        let results = self.execute(&planned).await;
-        let mut stop = false;
-        let mut batch = None;
-        for (p, result) in planned.into_iter().zip(results) {
-            let result = if self.wants(EventKind::PostActing) {
-                let mut ev = HookEvent::PostActing(PostActingEvent {
-                    meta: self.meta.clone(),
-                    tool_use: p.tool_use,
-                    result,
-                    denied: p.denial.is_some(),
-                    stop: false,
-                });
-                self.dispatch(&mut ev).await?;
-                let HookEvent::PostActing(e) = ev else {
-                    return Err(Error::invalid_input("internal: PostActing changed variant"));
-                };
-                stop |= e.stop;
-                e.result
-            } else {
-                result
-            };
-            emit(self.sink, || AgentEvent::ToolResult(result.clone()));
-            batch = Some(memory.record_result(batch, result));
-        }
-        if stop {
-            let msg = batch
-                .and_then(|i| memory.messages().get(i).cloned())
-                .unwrap_or_else(|| Msg::tool([]));
-            return Ok(Some(msg));
-        }
-        Ok(None)
-    }
-
-    /// Runs the turn's calls: contiguous concurrency-safe calls together, an unsafe call
-    /// alone; results in call order. Progress chunks are routed to `ActingChunk` hooks
-    /// while the tools run.
-    async fn execute(&self, planned: &[Planned]) -> Vec<ToolResult> {
-        let listen = self.wants(EventKind::ActingChunk) || self.sink.is_some();
-        let (tx, mut rx): (
-            Option<UnboundedSender<ProgressChunk>>,
-            Option<UnboundedReceiver<ProgressChunk>>,
-        ) = if listen {
-            // futures' channel: creating it is one small allocation (tokio's allocates
-            // a 32-slot block up front), and most tools never report progress.
-            let (tx, rx) = unbounded();
-            (Some(tx), Some(rx))
-        } else {
-            (None, None)
-        };
-        let mut results = Vec::with_capacity(planned.len());
-        let mut start = 0;
-        while start < planned.len() {
-            let alone = !self.is_concurrency_safe(&planned[start]);
-            let mut end = start + 1;
-            if !alone {
-                while end < planned.len() && self.is_concurrency_safe(&planned[end]) {
-                    end += 1;
-                }
-            }
-            let group = futures::future::join_all(
-                (start..end).map(|i| self.run_tool(&planned[i], i, tx.clone())),
-            );
-            let group_results = match rx.as_mut() {
-                None => group.await,
-                Some(rx) => {
-                    tokio::pin!(group);
-                    let out = loop {
-                        tokio::select! {
-                            biased;
-                            out = &mut group => break out,
-                            Some(chunk) = rx.next() => self.progress(planned, chunk).await,
-                        }
-                    };
-                    while let Ok(chunk) = rx.try_recv() {
-                        self.progress(planned, chunk).await;
-                    }
-                    out
-                }
-            };
-            results.extend(group_results);
-            start = end;
-        }
-        results
-    }
-
-    fn is_concurrency_safe(&self, p: &Planned) -> bool {
-        p.denial.is_some()
-            || self
-                .agent
-                .toolkit
-                .entry(&p.tool_use.name)
-                .is_none_or(|e| e.tool.concurrency_safe())
-    }
-
-    async fn progress(&self, planned: &[Planned], chunk: ProgressChunk) {
-        let Some(p) = planned.get(chunk.index) else {
-            return;
-        };
-        emit(self.sink, || AgentEvent::ToolProgress {
-            id: p.tool_use.id.clone(),
-            text: chunk.text.clone(),
-        });
-        if self.wants(EventKind::ActingChunk) {
-            let mut ev = HookEvent::ActingChunk(ActingChunkEvent {
-                meta: self.meta.clone(),
-                tool_use: p.tool_use.clone(),
-                chunk: chunk.text,
-            });
-            // Notification event: failures are logged by the chain.
-            let _ = self.dispatch(&mut ev).await;
-        }
-    }
-
-    /// Runs one call and turns every failure into an error result naming the tool.
-    async fn run_tool(
-        &self,
-        p: &Planned,
-        index: usize,
-        progress: Option<UnboundedSender<ProgressChunk>>,
-    ) -> ToolResult {
-        let ToolUse { id, name, input } = &p.tool_use;
-        let span = tracing::info_span!(
-            "execute_tool",
-            otel.name = Empty,
-            gen_ai.operation.name = "execute_tool",
-            gen_ai.tool.name = %name,
-            gen_ai.tool.call.id = %id,
-            gen_ai.tool.call.arguments = Empty,
-            gen_ai.tool.call.result = Empty,
-            rein.tool.status = Empty,
-        );
-        if !span.is_disabled() {
-            span.record("otel.name", format!("execute_tool {name}"));
-            if self.agent.record_content {
-                span.record("gen_ai.tool.call.arguments", input.to_string());
-            }
-        }
-        let (result, status) = self
-            .run_tool_in_span(p, index, progress)
-            .instrument(span.clone())
-            .await;
-        span.record("rein.tool.status", status);
-        if self.agent.record_content && !span.is_disabled() {
-            span.record("gen_ai.tool.call.result", result.content.as_str());
-        }
-        #[cfg(feature = "metrics")]
-        crate::observe::metrics_impl::tool_call(
-            crate::observe::metrics_impl::tool_label(self.agent.tool_labels.as_deref(), name),
-            status,
-        );
-        result
-    }
-
-    /// Runs one call; returns the result and a status label (`ok`, `denied`,
-    /// `unknown_tool`, `invalid_arguments`, `error`, `panic`, `timeout`).
-    async fn run_tool_in_span(
-        &self,
-        p: &Planned,
-        index: usize,
-        progress: Option<UnboundedSender<ProgressChunk>>,
-    ) -> (ToolResult, &'static str) {
-        let ToolUse { id, name, input } = &p.tool_use;
-        if let Some(reason) = &p.denial {
-            let text = format!("Tool call `{name}` was denied: {reason}");
-            return (ToolResult::error(id, name, text), "denied");
-        }
-        let Some(entry) = self.agent.toolkit.entry(name) else {
-            let available = self.agent.tool_names.join(", ");
-            let text = format!("Unknown tool `{name}`. Available tools: [{available}]");
-            return (ToolResult::error(id, name, text), "unknown_tool");
-        };
-        let args = match entry.prepare(input) {
-            Ok(args) => args,
-            Err(msg) => {
-                let text = format!("Invalid arguments for tool `{name}`: {msg}");
-                return (ToolResult::error(id, name, text), "invalid_arguments");
-            }
-        };
-        let ctx = ToolContext {
-            run: self.ctx.clone(),
-            agent: Arc::clone(&self.agent.info),
-            tool_use_id: id.clone(),
-            index,
-            progress,
-            events: self.sink.cloned(),
-        };
-        let limit = entry.tool.timeout().unwrap_or(self.agent.tool_timeout);
-        // Created inside the guarded block: a tool that panics before returning its
-        // future is caught too.
-        let fut = AssertUnwindSafe(async { entry.tool.call(args, ctx).await }).catch_unwind();
-        match tokio::time::timeout(limit, fut).await {
-            Ok(Ok(Ok(text))) => (ToolResult::new(id, name, text), "ok"),
-            Ok(Ok(Err(e))) => (
-                ToolResult::error(id, name, format!("Tool `{name}` failed: {e}")),
-                "error",
-            ),
-            Ok(Err(payload)) => (
-                ToolResult::error(
-                    id,
-                    name,
-                    format!("Tool `{name}` panicked: {}", panic_message(&*payload)),
-                ),
-                "panic",
-            ),
-            Err(_) => (
-                ToolResult::error(id, name, format!("Tool `{name}` timed out after {limit:?}")),
-                "timeout",
-            ),
-        }
-    }
-
     /// The iteration limit was reached: `PreSummary`, a model call without tools,
     /// `PostSummary`; the summary is stored.
     async fn summarize(&mut self, memory: &mut CallMemory) -> Result<Msg, Error> {
@@ -829,7 +587,7 @@ impl Call<'_> {
             });
             self.dispatch(&mut ev).await?;
             let HookEvent::PreSummary(e) = ev else {
-                return Err(Error::invalid_input("internal: PreSummary changed variant"));
+                return Err(Error::internal("PreSummary changed variant"));
             };
             messages = e.messages;
             options = e.options;
@@ -851,9 +609,7 @@ impl Call<'_> {
             });
             self.dispatch(&mut ev).await?;
             let HookEvent::PostSummary(e) = ev else {
-                return Err(Error::invalid_input(
-                    "internal: PostSummary changed variant",
-                ));
+                return Err(Error::internal("PostSummary changed variant"));
             };
             summary = e.message;
         }
@@ -881,7 +637,7 @@ impl Call<'_> {
             });
             self.dispatch(&mut ev).await?;
             let HookEvent::PostCall(e) = ev else {
-                return Err(Error::invalid_input("internal: PostCall changed variant"));
+                return Err(Error::internal("PostCall changed variant"));
             };
             reply = e.message;
         }
@@ -988,13 +744,16 @@ impl Call<'_> {
                 .map_err(panicked)?;
             let Some(item) = next else { break };
             let chunk = item.map_err(model_err)?;
-            if let Some(sink) = self.sink {
-                forward_chunk(sink, &chunk, &calls);
-            }
+            let started = self
+                .sink
+                .and_then(|sink| forward_chunk(sink, &chunk, &calls));
             if let ModelChunk::Finish(reason) = &chunk {
                 finish = Some(reason.clone());
             }
             apply_chunk(&mut msg, &mut calls, &mut usage, &chunk);
+            if let (Some(sink), Some(index)) = (self.sink, started) {
+                announce_call(sink, &calls, index);
+            }
             if listen {
                 let ev = event.get_or_insert_with(|| match phase {
                     Phase::Reasoning => HookEvent::ReasoningChunk(ReasoningChunkEvent {
@@ -1014,8 +773,8 @@ impl Call<'_> {
                 swap_back(ev, &mut msg);
             }
         }
-        for (i, call) in calls.into_iter().enumerate() {
-            msg.content.push(ContentBlock::ToolUse(call.finish(i)));
+        for call in calls {
+            msg.content.push(ContentBlock::ToolUse(call.finish()));
         }
         self.usage.add(usage);
         self.last_usage = usage;
@@ -1047,28 +806,99 @@ fn swap_back(ev: &mut HookEvent, msg: &mut Msg) {
     }
 }
 
+/// Checks the tool exchanges a call's input carries itself (an imported assistant
+/// message with its tool uses and their results): the input, less the results for
+/// tool uses pending in memory, must be a valid history in which every tool use has
+/// its result, with ids not used in memory. Returns the ids of those exchanges.
+///
+/// So memory stays valid: a tool use without a result would be followed by the
+/// model's next turn, and the session would no longer load.
+fn check_input_exchanges(
+    memory: &[Msg],
+    pending: &HashSet<&str>,
+    input: &[Msg],
+) -> Result<HashSet<String>, Error> {
+    let mut ids: HashSet<String> = HashSet::new();
+    for m in input {
+        for u in m.tool_uses() {
+            ids.insert(u.id.clone());
+        }
+    }
+    if ids.is_empty() {
+        return Ok(ids);
+    }
+    let rest: Vec<Msg> = input
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            m.content.retain(|b| {
+                !matches!(b, ContentBlock::ToolResult(r) if pending.contains(r.id.as_str()))
+            });
+            m
+        })
+        .filter(|m| !m.content.is_empty())
+        .collect();
+    super::memory::check_history(&rest)
+        .map_err(|e| Error::invalid_input(format!("call input is not a valid history: {e}")))?;
+    if let Some(u) = super::memory::pending_tool_uses(&rest).first() {
+        return Err(Error::invalid_input(format!(
+            "call input has tool call `{}` ({}) without a result; give every tool call in \
+             the input its result (pending calls are resumed with an empty input instead)",
+            u.id, u.name
+        )));
+    }
+    for m in memory {
+        for u in m.tool_uses() {
+            if ids.contains(u.id.as_str()) {
+                return Err(Error::invalid_input(format!(
+                    "call input repeats tool call id `{}`, already used in this conversation",
+                    u.id
+                )));
+            }
+        }
+    }
+    Ok(ids)
+}
+
 /// A tool call being reassembled from fragments.
-#[derive(Default)]
+///
+/// Its id is the runtime's, assigned when the call's first fragment arrives: ids that
+/// models send are not trusted to be unique (several OpenAI-compatible servers number
+/// calls `call_0` in every response), and a conversation, an approval decision and a
+/// stored session all rely on an id naming exactly one call. The provider's id is only
+/// meaningful inside the response that carried it (to group fragments, which the
+/// fragment index already does).
 struct PartialCall {
     index: usize,
-    id: Option<String>,
+    id: String,
     name: String,
     arguments: String,
 }
 
 impl PartialCall {
-    fn finish(self, position: usize) -> ToolUse {
-        let id = self
-            .id
-            .filter(|id| !id.is_empty())
-            .unwrap_or_else(|| format!("{}_{position}", new_id("call")));
-        let input = if self.arguments.trim().is_empty() {
+    fn new(index: usize) -> Self {
+        Self {
+            index,
+            id: new_id("call"),
+            name: String::new(),
+            arguments: String::new(),
+        }
+    }
+
+    /// The finished tool use. Arguments are decoded once here; a JSON string holding a
+    /// JSON object (double-encoded arguments) becomes that object. Anything that is not
+    /// an object is kept as the model sent it (raw text as a JSON string) and is refused
+    /// before any hook or tool sees it (see [`super::acting`]).
+    fn finish(self) -> ToolUse {
+        let mut input = if self.arguments.trim().is_empty() {
             Value::Object(Default::default())
         } else {
             serde_json::from_str(&self.arguments).unwrap_or(Value::String(self.arguments))
         };
+        // Not an object: kept for the record; admission refuses the call.
+        let _ = super::acting::normalize_arguments(&mut input);
         ToolUse {
-            id,
+            id: self.id,
             name: self.name,
             input,
         }
@@ -1105,26 +935,18 @@ fn apply_chunk(msg: &mut Msg, calls: &mut Vec<PartialCall>, usage: &mut Usage, c
         }
         ModelChunk::ToolCall {
             index,
-            id,
             name,
             arguments,
+            ..
         } => {
             let pos = match calls.iter().position(|c| c.index == *index) {
                 Some(p) => p,
                 None => {
-                    calls.push(PartialCall {
-                        index: *index,
-                        ..PartialCall::default()
-                    });
+                    calls.push(PartialCall::new(*index));
                     calls.len() - 1
                 }
             };
             let call = &mut calls[pos];
-            if let Some(id) = id
-                && call.id.is_none()
-            {
-                call.id = Some(id.clone());
-            }
             if let Some(name) = name {
                 call.name.push_str(name);
             }
@@ -1142,22 +964,29 @@ fn apply_chunk(msg: &mut Msg, calls: &mut Vec<PartialCall>, usage: &mut Usage, c
     }
 }
 
-/// Forwards a chunk to a streaming caller (before it is applied, so `calls` tells
-/// whether a tool-call index is new).
-fn forward_chunk(sink: &Sink, chunk: &ModelChunk, calls: &[PartialCall]) {
+/// Forwards a chunk to a streaming caller. Called before the chunk is applied, so
+/// `calls` tells whether a tool-call index is new; `next_id` is the id the call will get.
+fn forward_chunk(sink: &Sink, chunk: &ModelChunk, calls: &[PartialCall]) -> Option<usize> {
     let event = match chunk {
         ModelChunk::Text(t) => AgentEvent::TextDelta(t.clone()),
         ModelChunk::Thinking(t) => AgentEvent::ThinkingDelta(t.clone()),
         ModelChunk::ToolCall {
             index,
-            id,
-            name: Some(name),
+            name: Some(_),
             ..
-        } if !calls.iter().any(|c| c.index == *index) => AgentEvent::ToolCallStart {
-            id: id.clone().unwrap_or_default(),
-            name: name.clone(),
-        },
-        _ => return,
+        } if !calls.iter().any(|c| c.index == *index) => return Some(*index),
+        _ => return None,
     };
     let _ = sink.send(event);
+    None
+}
+
+/// Announces a tool call whose first fragment (with its name) was just applied.
+fn announce_call(sink: &Sink, calls: &[PartialCall], index: usize) {
+    if let Some(c) = calls.iter().find(|c| c.index == index) {
+        let _ = sink.send(AgentEvent::ToolCallStart {
+            id: c.id.clone(),
+            name: c.name.clone(),
+        });
+    }
 }

@@ -160,9 +160,25 @@ impl HookChain {
     /// cheaper through [`HookChain::dispatch_sync`] (the caller checks
     /// [`HookChain::is_sync`]: awaiting even a ready future costs a state machine).
     pub(crate) async fn dispatch(&self, event: &mut HookEvent) -> Result<(), Error> {
+        let list = &self.by_kind[event.kind() as usize];
+        self.dispatch_list(event, list).await
+    }
+
+    /// The subscribers of `kind` (entry indexes), in dispatch order.
+    #[inline]
+    pub(crate) fn subscribers(&self, kind: EventKind) -> &[u16] {
+        &self.by_kind[kind as usize]
+    }
+
+    /// [`HookChain::dispatch`] over `list`, a subsequence of the subscribers of the
+    /// event's kind (used to re-run the `PreActing` hooks that have not seen a call's
+    /// final form).
+    pub(crate) async fn dispatch_list(
+        &self,
+        event: &mut HookEvent,
+        list: &[u16],
+    ) -> Result<(), Error> {
         restamp(event);
-        let kind = event.kind();
-        let list = &self.by_kind[kind as usize];
         let mut from = 0;
         while from < list.len() {
             let run = AssertUnwindSafe(self.run_hooks(event, list, from))
@@ -183,8 +199,17 @@ impl HookChain {
     /// [`HookChain::is_sync`]): a plain call, same ordering, failure handling and panic
     /// attribution.
     pub(crate) fn dispatch_sync(&self, event: &mut HookEvent) -> Result<(), Error> {
-        restamp(event);
         let list = &self.by_kind[event.kind() as usize];
+        self.dispatch_sync_list(event, list)
+    }
+
+    /// [`HookChain::dispatch_sync`] over `list` (see [`HookChain::dispatch_list`]).
+    pub(crate) fn dispatch_sync_list(
+        &self,
+        event: &mut HookEvent,
+        list: &[u16],
+    ) -> Result<(), Error> {
+        restamp(event);
         let mut from = 0;
         while from < list.len() {
             let run =

@@ -446,6 +446,10 @@ pub struct PreActingEvent {
     pub(crate) denial: Option<Denial>,
     /// Set when a hook changed the call (so memory is updated without comparing).
     pub(crate) changed: bool,
+    /// The chain entry of the hook that last changed the call in the current pass
+    /// (`None` for the runtime or no change): the hooks before it have not seen the
+    /// call's final form and run again.
+    pub(crate) changed_by: Option<u16>,
 }
 
 impl PreActingEvent {
@@ -486,6 +490,7 @@ impl PreActingEvent {
         }
         if tool_use.name != self.tool_use.name || tool_use.input != self.tool_use.input {
             self.changed = true;
+            self.changed_by = self.meta.current.or(Some(u16::MAX));
             self.tool_use.name = tool_use.name;
             self.tool_use.input = tool_use.input;
         }

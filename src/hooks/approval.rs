@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -20,6 +20,24 @@ use crate::message::ToolUse;
 /// Metadata key on a reply stopped for a human: the ids of the guarded tool calls
 /// waiting for a decision (a JSON array of strings).
 pub const APPROVAL_PENDING_KEY: &str = "rein.approval_pending";
+
+/// Metadata key on a reply stopped for a human: the guarded tool calls waiting for a
+/// decision, in full (a JSON array of `{"id", "name", "input"}` objects, the
+/// serialized [`ToolUse`]s). Read them with [`pending_approvals`] and decide with
+/// [`ApprovalDecisions::approve_call`] so each decision is bound to exactly the call a
+/// human saw.
+pub const APPROVAL_PENDING_CALLS_KEY: &str = "rein.approval_pending_calls";
+
+/// The tool calls a reply stopped for a human is waiting on (from its
+/// [`APPROVAL_PENDING_CALLS_KEY`] metadata), with their real arguments. Empty when the
+/// reply did not stop for approval.
+pub fn pending_approvals(reply: &crate::message::Msg) -> Vec<ToolUse> {
+    reply
+        .metadata
+        .get(APPROVAL_PENDING_CALLS_KEY)
+        .and_then(|v| serde_json::from_value::<Vec<ToolUse>>(v.clone()).ok())
+        .unwrap_or_default()
+}
 
 /// What an approver decided about one tool call.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,16 +92,40 @@ where
 /// in the resuming call's run context:
 ///
 /// ```
-/// use rein::RunContext;
+/// use rein::{RunContext, ToolUse};
 /// use rein::hooks::ApprovalDecisions;
+/// use serde_json::json;
 ///
+/// // The call the stopped reply is waiting on (`rein::hooks::pending_approvals(&reply)`).
+/// let waiting = ToolUse::new("call_0f3a", "refund", json!({"amount": 120}));
 /// let ctx = RunContext::new().with_session_id("s1");
-/// ctx.extensions().insert(ApprovalDecisions::new().approve("call_1_0"));
+/// ctx.extensions().insert(ApprovalDecisions::new().approve_call(&waiting));
 /// // agent.call_with(vec![], ctx) resumes the stopped call; the approved tool runs.
 /// ```
+///
+/// # Binding and consumption
+/// A decision made with [`ApprovalDecisions::approve_call`] (or `deny_call`,
+/// `decide_call`) is bound to the call's id, tool name and arguments: if the call that
+/// reaches the approval hook differs in any of them (a hook rewrote it after the human
+/// saw it), the decision does not apply and the call is denied. A decision made with
+/// [`ApprovalDecisions::approve`] (by id only) is bound to the id; the runtime gives
+/// every tool call a fresh id, so an id names exactly one call.
+///
+/// Each decision is consumed by the first call it is applied to: it applies again only
+/// to that same call (same id, name and arguments, as when the hooks re-check a call),
+/// never to another one. Clones share what was consumed.
 #[derive(Clone, Debug, Default)]
 pub struct ApprovalDecisions {
-    by_call: HashMap<String, ApprovalDecision>,
+    by_call: HashMap<String, Bound>,
+    /// Calls each decision was applied to, by id: `(tool name, arguments)`.
+    used: Arc<Mutex<HashMap<String, (String, Value)>>>,
+}
+
+#[derive(Clone, Debug)]
+struct Bound {
+    decision: ApprovalDecision,
+    /// The call the decision was made for, when bound to more than the id.
+    call: Option<(String, Value)>,
 }
 
 impl ApprovalDecisions {
@@ -92,10 +134,16 @@ impl ApprovalDecisions {
         Self::default()
     }
 
-    /// Records a decision for the tool call with this id.
+    /// Records a decision for the tool call with this id (bound to the id only).
     #[must_use]
     pub fn decide(mut self, tool_call_id: impl Into<String>, decision: ApprovalDecision) -> Self {
-        self.by_call.insert(tool_call_id.into(), decision);
+        self.by_call.insert(
+            tool_call_id.into(),
+            Bound {
+                decision,
+                call: None,
+            },
+        );
         self
     }
 
@@ -111,9 +159,70 @@ impl ApprovalDecisions {
         self.decide(tool_call_id, ApprovalDecision::Deny(reason.into()))
     }
 
-    /// The decision for this tool call id.
+    /// Records a decision for exactly this call: it applies only while the call has
+    /// this id, tool name and arguments.
+    #[must_use]
+    pub fn decide_call(mut self, call: &ToolUse, decision: ApprovalDecision) -> Self {
+        self.by_call.insert(
+            call.id.clone(),
+            Bound {
+                decision,
+                call: Some((call.name.clone(), call.input.clone())),
+            },
+        );
+        self
+    }
+
+    /// Approves exactly this call (see [`ApprovalDecisions::decide_call`]).
+    #[must_use]
+    pub fn approve_call(self, call: &ToolUse) -> Self {
+        self.decide_call(call, ApprovalDecision::Approve)
+    }
+
+    /// Denies exactly this call (see [`ApprovalDecisions::decide_call`]).
+    #[must_use]
+    pub fn deny_call(self, call: &ToolUse, reason: impl Into<String>) -> Self {
+        self.decide_call(call, ApprovalDecision::Deny(reason.into()))
+    }
+
+    /// The decision recorded for this tool call id (whether or not it still applies).
     pub fn get(&self, tool_call_id: &str) -> Option<&ApprovalDecision> {
-        self.by_call.get(tool_call_id)
+        self.by_call.get(tool_call_id).map(|b| &b.decision)
+    }
+
+    /// Whether a decision was recorded for this id.
+    pub(crate) fn has(&self, tool_call_id: &str) -> bool {
+        self.by_call.contains_key(tool_call_id)
+    }
+
+    /// The decision that applies to `call`, consuming it: `None` without a decision
+    /// for its id; a denial when the decision was bound to another form of the call or
+    /// already used for another call.
+    pub(crate) fn apply(&self, call: &ToolUse) -> Option<ApprovalDecision> {
+        let bound = self.by_call.get(&call.id)?;
+        if let Some((name, input)) = &bound.call
+            && (name != &call.name || input != &call.input)
+        {
+            return Some(ApprovalDecision::Deny(format!(
+                "the decision for call `{}` was made for `{name}` with other arguments; the \
+                 call changed after it was decided, so it was not run",
+                call.id
+            )));
+        }
+        let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
+        match used.get(&call.id) {
+            Some((name, input)) if name != &call.name || input != &call.input => {
+                Some(ApprovalDecision::Deny(format!(
+                    "the decision for call `{}` was already used for another call",
+                    call.id
+                )))
+            }
+            Some(_) => Some(bound.decision.clone()),
+            None => {
+                used.insert(call.id.clone(), (call.name.clone(), call.input.clone()));
+                Some(bound.decision.clone())
+            }
+        }
     }
 }
 
@@ -191,6 +300,9 @@ impl Default for ApprovalConfig {
 pub struct ApprovalHook {
     config: ApprovalConfig,
     approver: Option<Arc<dyn Approver>>,
+    /// Calls this hook rewrote with an [`ApprovalDecision::Edit`], by id, until the
+    /// re-check pass brings them back (tool call ids are unique per call).
+    edits: Mutex<HashMap<String, ToolUse>>,
 }
 
 impl fmt::Debug for ApprovalHook {
@@ -221,7 +333,11 @@ impl ApprovalHook {
                  use mode `stop_for_human` to decide out of band",
             ));
         }
-        Ok(Self { config, approver })
+        Ok(Self {
+            config,
+            approver,
+            edits: Mutex::default(),
+        })
     }
 
     /// A hook in mode `await` with this approver and the default guarded tools and
@@ -241,7 +357,27 @@ impl ApprovalHook {
         Self {
             config,
             approver: Some(Arc::new(approver)),
+            edits: Mutex::default(),
         }
+    }
+
+    fn remember_edit(&self, call: ToolUse) {
+        let mut edits = self.edits.lock().unwrap_or_else(PoisonError::into_inner);
+        // Bounded: an entry is normally taken out by the next pass over the call; a
+        // call whose re-check never came (it was denied first) must not pile up.
+        if edits.len() >= 1024 {
+            edits.clear();
+        }
+        edits.insert(call.id.clone(), call);
+    }
+
+    /// Whether `call` is exactly an edit this hook made (taking the record out).
+    fn take_edit(&self, call: &ToolUse) -> bool {
+        let mut edits = self.edits.lock().unwrap_or_else(PoisonError::into_inner);
+        if edits.is_empty() {
+            return false;
+        }
+        edits.remove(&call.id).is_some_and(|edited| &edited == call)
     }
 
     /// The settings.
@@ -266,10 +402,11 @@ impl ApprovalHook {
         if let Some(d) = ctx
             .extensions()
             .get::<ApprovalDecisions>()
-            .and_then(|d| d.get(&call.id).cloned())
+            .and_then(|d| d.apply(call))
         {
             return d;
         }
+
         let Some(approver) = self
             .approver
             .as_ref()
@@ -336,7 +473,10 @@ impl Hook for ApprovalHook {
     async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
         match event {
             HookEvent::PreActing(e) => {
-                if e.is_denied() || !self.guarded(&e.tool_use().name) {
+                // An edit this hook made is approved when it comes back unchanged
+                // (the hooks re-check an edited call); taken out either way.
+                let own_edit = self.take_edit(e.tool_use());
+                if e.is_denied() || !self.guarded(&e.tool_use().name) || own_edit {
                     return Ok(());
                 }
                 let call = e.tool_use().clone();
@@ -347,7 +487,11 @@ impl Hook for ApprovalHook {
                     }
                     ApprovalDecision::Edit(input) => {
                         tracing::info!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, "approved with edited arguments");
-                        e.set_tool_use(ToolUse { input, ..call });
+                        let edited = ToolUse { input, ..call };
+                        // The hooks re-check the edited call (this hook included); the
+                        // approver is not asked about its own edit again.
+                        self.remember_edit(edited.clone());
+                        e.set_tool_use(edited);
                     }
                     ApprovalDecision::Deny(reason) => {
                         tracing::warn!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, reason = %reason, "denied");
@@ -357,21 +501,24 @@ impl Hook for ApprovalHook {
             }
             HookEvent::PostReasoning(e) if self.config.mode == ApprovalMode::StopForHuman => {
                 let decided = e.context().extensions().get::<ApprovalDecisions>();
-                let pending: Vec<String> = e
+                let pending: Vec<ToolUse> = e
                     .message()
                     .tool_uses()
                     .into_iter()
                     .filter(|u| self.guarded(&u.name))
-                    .filter(|u| decided.as_ref().is_none_or(|d| d.get(&u.id).is_none()))
-                    .map(|u| u.id.clone())
+                    .filter(|u| decided.as_ref().is_none_or(|d| !d.has(&u.id)))
+                    .cloned()
                     .collect();
                 if !pending.is_empty() {
-                    tracing::info!(target: "rein::approval", pending = ?pending, "stopped for human approval");
+                    let ids: Vec<Value> =
+                        pending.iter().map(|u| Value::String(u.id.clone())).collect();
+                    tracing::info!(target: "rein::approval", pending = ?ids, "stopped for human approval");
+                    let calls = serde_json::to_value(&pending).unwrap_or(Value::Null);
                     let mut msg = e.message().clone();
-                    msg.metadata.insert(
-                        APPROVAL_PENDING_KEY.to_owned(),
-                        Value::Array(pending.into_iter().map(Value::String).collect()),
-                    );
+                    msg.metadata
+                        .insert(APPROVAL_PENDING_KEY.to_owned(), Value::Array(ids));
+                    msg.metadata
+                        .insert(APPROVAL_PENDING_CALLS_KEY.to_owned(), calls);
                     e.set_message(msg);
                     e.stop_agent();
                 }

@@ -68,8 +68,8 @@ mod state;
 mod tool_guard;
 
 pub use approval::{
-    APPROVAL_PENDING_KEY, ApprovalConfig, ApprovalDecision, ApprovalDecisions, ApprovalHook,
-    ApprovalMode, ApprovalRequest, Approver,
+    APPROVAL_PENDING_CALLS_KEY, APPROVAL_PENDING_KEY, ApprovalConfig, ApprovalDecision,
+    ApprovalDecisions, ApprovalHook, ApprovalMode, ApprovalRequest, Approver, pending_approvals,
 };
 pub use audit::{
     AuditConfig, AuditHook, AuditKind, AuditRecord, AuditSink, AuditSinkConfig, AuditSinkError,

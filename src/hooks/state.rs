@@ -45,7 +45,7 @@ impl<T: Send + 'static> RunStates<T> {
     }
 
     fn of(ctx: &RunContext) -> Arc<Self> {
-        ctx.extensions().get_or_insert_with(|| RunStates {
+        ctx.extensions().get_or_insert_run_local(|| RunStates {
             slots: Mutex::new(Slots {
                 map: Vec::new(),
                 retired: false,

@@ -110,24 +110,15 @@ impl ToolEntry {
     /// Turns the model's raw arguments into the value the tool receives, or a message
     /// for the model saying what is wrong (naming the failing field).
     ///
-    /// Raw text that is not JSON (kept as a string by the loop) is parsed; an empty
-    /// string means `{}`. Arguments must be an object. Explicit `null`s for optional
-    /// top-level properties are dropped before validation.
+    /// Arguments must be a JSON object (anything else is refused: the agent decodes
+    /// double-encoded arguments once, at admission, so hooks and the tool see the same
+    /// value). Explicit `null`s for optional top-level properties are dropped before
+    /// validation.
     pub(crate) fn prepare(&self, input: &Value) -> Result<Value, String> {
+        // Arguments are normalised once, before any hook sees them (the agent decodes
+        // double-encoded strings at admission); here a string is what a hook or the
+        // model left, and decoding it would run a call no hook saw.
         let mut value = match input {
-            Value::String(raw) if raw.trim().is_empty() => Value::Object(Default::default()),
-            Value::String(raw) => match serde_json::from_str::<Value>(raw) {
-                Ok(v @ Value::Object(_)) => v,
-                Ok(other) => {
-                    return Err(format!("expected a JSON object, got {}", json_type(&other)));
-                }
-                Err(e) => {
-                    return Err(format!(
-                        "the arguments are not valid JSON ({e}): {}",
-                        crate::util::truncate(raw, 200)
-                    ));
-                }
-            },
             Value::Object(_) => input.clone(),
             other => return Err(format!("expected a JSON object, got {}", json_type(other))),
         };

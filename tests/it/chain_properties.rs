@@ -81,9 +81,13 @@ impl Hook for Probe {
                     .unwrap_or("")
                     .to_owned();
                 let observed = format!("{trail};denied={}", e.is_denied());
-                let mut updated = e.tool_use().clone();
-                updated.input = json!({"trail": format!("{trail}{mark}")});
-                e.set_tool_use(updated);
+                // Idempotent: a hook re-checking the call's final form (which holds
+                // its mark already) accepts it as it is.
+                if !trail.split('|').any(|m| m == self.id.to_string()) {
+                    let mut updated = e.tool_use().clone();
+                    updated.input = json!({"trail": format!("{trail}{mark}")});
+                    e.set_tool_use(updated);
+                }
                 if self.spec.denies {
                     e.deny(format!("denied by {}", self.id));
                 }
@@ -242,7 +246,21 @@ fn run_case(specs: Vec<Spec>, turns: Vec<Turn>) -> Result<(), TestCaseError> {
     }
     let pre_acting = dispatch_order(&specs, EventKind::PreActing);
     let acting = observed_on(&seen, EventKind::PreActing);
+    // The tool got every rewrite, unless a hook denied it.
+    let any_denies = pre_acting.iter().any(|id| specs[*id].denies);
+    // Per call: a first pass in which each hook adds its mark; unless a hook denied,
+    // the last hook's rewrite sends every hook through a second pass over the final
+    // form (all marks), which changes nothing.
+    let mut recheck = false;
     for call in acting.chunks(pre_acting.len().max(1)) {
+        if recheck {
+            let all = marks(&pre_acting);
+            for o in call {
+                prop_assert_eq!(o.as_str(), format!("{all};denied=false"));
+            }
+            recheck = false;
+            continue;
+        }
         // A rewrite after the denial is ignored (documented): the trail stops growing.
         let mut denied = false;
         let mut trail = String::new();
@@ -253,9 +271,9 @@ fn run_case(specs: Vec<Spec>, turns: Vec<Turn>) -> Result<(), TestCaseError> {
             }
             denied |= specs[pre_acting[i]].denies;
         }
+        recheck = !any_denies;
     }
-    // The tool got every rewrite, unless a hook denied it.
-    let any_denies = pre_acting.iter().any(|id| specs[*id].denies);
+    prop_assert!(!recheck, "a call's second PreActing pass is missing");
     let memory = rt.block_on(agent.messages(&key("default")));
     assert_memory_valid(&memory);
     for r in memory.iter().flat_map(|m| m.tool_results()) {

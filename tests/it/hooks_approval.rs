@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rein::hooks::{
     APPROVAL_PENDING_KEY, ApprovalConfig, ApprovalDecision, ApprovalDecisions, ApprovalHook,
-    ApprovalMode, ApprovalRequest,
+    ApprovalMode, ApprovalRequest, pending_approvals,
 };
 use rein::*;
 use serde_json::json;
@@ -192,16 +192,20 @@ async fn stop_for_human_stops_before_the_tool_runs_and_resumes_with_the_decision
         .await
         .unwrap();
     assert_eq!(first.reason, StopReason::ReasoningStopped);
+    let waiting = pending_approvals(&first.reply);
+    assert_eq!(waiting.len(), 1);
+    assert_eq!(waiting[0].name, "submitRefund");
+    assert_eq!(waiting[0].input, json!({"amount": 20}));
     assert_eq!(
         first.reply.metadata.get(APPROVAL_PENDING_KEY),
-        Some(&json!(["call_1_0"]))
+        Some(&json!([waiting[0].id]))
     );
     assert!(log.entries().is_empty(), "nothing ran before the decision");
 
-    // Out of band, a human approves; the caller resumes the session.
+    // Out of band, a human approves the call they saw; the caller resumes the session.
     let ctx = session("s");
     ctx.extensions()
-        .insert(ApprovalDecisions::new().approve("call_1_0"));
+        .insert(ApprovalDecisions::new().approve_call(&waiting[0]));
     let second = agent.call_with(vec![], ctx).await.unwrap();
     assert_eq!(second.text(), "done");
     assert_eq!(log.entries(), [r#"refund:{"amount":20}"#]);

@@ -107,7 +107,12 @@ async fn an_executed_tool_call_is_audited_with_ids_json_args_status_and_duration
     assert_eq!(r.session_id, "s1");
     assert_eq!(r.user_id.as_deref(), Some("u1"));
     assert_eq!(r.run_id, run_id);
-    assert_eq!(r.tool_call_id.as_deref(), Some("call_1_0"));
+    let stored = agent.messages(&SessionKey::new(Some("u1"), "s1")).await;
+    assert_eq!(
+        r.tool_call_id.as_deref(),
+        Some(stored[1].tool_uses()[0].id.as_str()),
+        "the audited id is the call's id in memory"
+    );
     assert_eq!(r.tool.as_deref(), Some("submitRefund"));
     assert_eq!(r.args, Some(json!({"amount": 20, "phone": "***"})));
     assert_eq!(r.status, Some(AuditStatus::Ok));

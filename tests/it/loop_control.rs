@@ -83,12 +83,13 @@ async fn goto_reasoning_with_a_pending_tool_use_gets_a_synthetic_result() {
     assert_memory_valid(&stored);
     let results = results_in_request(&model, 1);
     assert_eq!(results.len(), 2);
-    assert_eq!(results[0].0, "call_1_0");
+    let uses = stored[1].tool_uses();
+    assert_eq!(results[0].0, uses[0].id);
     assert!(results[0].1);
     assert!(results[0].2.contains("reasoning was redone"));
     assert_eq!(
         results[1],
-        ("call_1_1".to_string(), false, "7 (precomputed)".to_string())
+        (uses[1].id.clone(), false, "7 (precomputed)".to_string())
     );
     assert_eq!(
         model.requests()[1].messages.last().unwrap().text(),

@@ -282,7 +282,8 @@ async fn pre_acting_set_tool_use_changes_what_runs_and_what_memory_records() {
     let stored = agent.messages(&key("default")).await;
     let used = stored[1].tool_uses()[0].clone();
     assert_eq!(used.input, json!({"a": 1, "b": 100}));
-    assert_eq!(used.id, "call_1_0", "the id is kept so the result pairs");
+    assert_ne!(used.id, "hijacked", "the id is kept so the result pairs");
+    assert_eq!(stored[2].tool_results()[0].id, used.id);
     assert_memory_valid(&stored);
     // The model saw the rewritten call in the next request.
     let next = &model.requests()[1].messages;
@@ -401,16 +402,14 @@ async fn post_acting_set_tool_result_changes_what_memory_records_and_the_model_r
         .build()
         .unwrap();
     agent.call(Msg::user("add")).await.unwrap();
-    let results = results_in_request(&model, 1);
-    assert_eq!(
-        results,
-        [("call_1_0".to_string(), false, "[masked 3]".to_string())]
-    );
     let stored = agent.messages(&key("default")).await;
+    let id = stored[1].tool_uses()[0].id.clone();
+    let results = results_in_request(&model, 1);
+    assert_eq!(results, [(id.clone(), false, "[masked 3]".to_string())]);
     let r = stored[2].tool_results()[0].clone();
     assert_eq!(
         (r.id.as_str(), r.name.as_str(), r.content.as_str()),
-        ("call_1_0", "add", "[masked 3]")
+        (id.as_str(), "add", "[masked 3]")
     );
 }
 

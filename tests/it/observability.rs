@@ -236,7 +236,7 @@ async fn spans_follow_the_genai_conventions_and_nest_under_the_call() {
     assert_eq!(t.parent, Some(call.id));
     assert_eq!(t.fields["gen_ai.operation.name"], "execute_tool");
     assert_eq!(t.fields["gen_ai.tool.name"], "add");
-    assert_eq!(t.fields["gen_ai.tool.call.id"], "call_1_0");
+    assert!(t.fields["gen_ai.tool.call.id"].starts_with("call_"));
     assert_eq!(t.fields["rein.tool.status"], "ok");
     assert!(!t.fields.contains_key("gen_ai.tool.call.arguments"));
 }
@@ -357,10 +357,11 @@ async fn the_trail_records_threaded_rewrites_in_priority_order_and_the_denial() 
     assert_eq!(d[0].after, d[1].before, "rewrites are threaded");
     assert_ne!(d[0].before, d[0].after);
     assert_eq!(d[2].reason.as_deref(), Some("b = 20 is not allowed"));
+    let id = d[0].tool_call_id.clone();
+    assert!(id.is_some());
     assert!(
         d.iter()
-            .all(|x| x.event == EventKind::PreActing
-                && x.tool_call_id.as_deref() == Some("call_1_0"))
+            .all(|x| x.event == EventKind::PreActing && x.tool_call_id == id)
     );
     assert!(
         d[0].before.contains("B#"),

@@ -334,19 +334,26 @@ async fn two_tool_use_blocks_are_run_and_their_results_and_signed_thinking_are_s
     let server = MockServer::start([Reply::sse(&first), text_reply("3 and 7.")]).await;
     agent_adds_twice(model(&server)).await;
     let second = &server.bodies()[1];
+    // The runtime gives each call its own id; the wire pairs uses and results by it.
+    let content = &second["messages"][1]["content"];
+    let (a, b) = (
+        content[2]["id"].as_str().unwrap().to_owned(),
+        content[3]["id"].as_str().unwrap().to_owned(),
+    );
+    assert_ne!(a, b);
     assert_eq!(
-        second["messages"][1]["content"],
+        *content,
         json!([
             {"type": "thinking", "thinking": "Let me solve this step by step:\n\n1. 27 * 453 = 12231",
              "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3h"},
             {"type": "text", "text": "Let me add both."},
-            {"type": "tool_use", "id": "toolu_01A", "name": "add", "input": {"a": 1, "b": 2}},
-            {"type": "tool_use", "id": "toolu_01B", "name": "add", "input": {"a": 3, "b": 4}}
+            {"type": "tool_use", "id": a, "name": "add", "input": {"a": 1, "b": 2}},
+            {"type": "tool_use", "id": b, "name": "add", "input": {"a": 3, "b": 4}}
         ])
     );
     assert_eq!(
         AnthropicWire.tool_results(second),
-        results(&[("toolu_01A", "3"), ("toolu_01B", "7")])
+        results(&[(a.as_str(), "3"), (b.as_str(), "7")])
     );
 }
 
@@ -371,8 +378,9 @@ async fn a_failed_tool_call_is_sent_back_with_is_error() {
         .build()
         .unwrap();
     agent.call(Msg::user("go")).await.unwrap();
-    let result = &server.bodies()[1]["messages"][2]["content"][0];
-    assert_eq!(result["tool_use_id"], "toolu_X");
+    let body = &server.bodies()[1];
+    let result = &body["messages"][2]["content"][0];
+    assert_eq!(result["tool_use_id"], body["messages"][1]["content"][0]["id"]);
     assert_eq!(result["is_error"], true);
     assert!(result["content"].as_str().unwrap().contains("Unknown tool"));
 }

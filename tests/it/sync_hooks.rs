@@ -97,6 +97,10 @@ async fn sync_and_async_hooks_share_one_priority_order_and_see_each_others_rewri
             "sync-20:PreActing",
             "async-30:PreActing",
             "sync-40:PreActing",
+            // The rewrite at 20 is re-checked by the hooks that had not seen it
+            // (10, and 20 itself); the second pass changes nothing.
+            "async-10:PreActing",
+            "sync-20:PreActing",
             // The tool ran with the sync hook's rewrite.
             "add:1+5",
         ]

@@ -65,7 +65,7 @@ async fn non_object_arguments_give_an_error_result() {
     )
     .await;
     assert!(
-        r.1 && r.2.contains("expected a JSON object, got an array"),
+        r.1 && r.2.contains("must be a JSON object, got an array"),
         "{}",
         r.2
     );

@@ -1,0 +1,554 @@
+//! The acting step of the loop: admitting a turn's tool calls, `PreActing` until every
+//! hook accepted the final form of each call, execution, `PostActing`.
+//!
+//! # What a tool call goes through
+//! 1. **Admission** (runtime, before any hook): the arguments are normalised once — a
+//!    JSON string that holds a JSON object (a double-encoding model or gateway) is
+//!    decoded, and the decoded object is what memory records, hooks see and the tool
+//!    receives. A call whose arguments are not an object, that names a tool the agent
+//!    does not have, whose arguments fail the tool's JSON Schema, or that exceeds the
+//!    per-turn call limit is *rejected*: it gets an error result the model can read, no
+//!    `PreActing` hook is asked about it (nobody is asked to approve a call that cannot
+//!    run), and `PostActing` hooks see the error result.
+//! 2. **`PreActing` to a fixed point.** The hooks run in priority order. When a hook
+//!    rewrites the call (name or arguments), every hook that ran before it in that pass
+//!    — and the rewriting hook itself — has not seen the final form, so they run again
+//!    on it; a pass that changes nothing ends the step. After at most
+//!    [`MAX_PRE_ACTING_PASSES`] passes without agreement the call is denied. So the call
+//!    that runs was seen, in its final form, by every subscribed `PreActing` hook.
+//!    A denial is final and ends the step at once.
+//! 3. **Execution**: concurrency-safe calls of the turn run together (at most the
+//!    agent's tool concurrency at a time), an unsafe call alone; a result longer than the
+//!    agent's maximum is truncated with a marker the model can read, recorded in the
+//!    decision trail.
+//! 4. **`PostActing`** per result, in call order; any hook may stop the loop.
+
+use std::borrow::Cow;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, PoisonError};
+
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use futures::{FutureExt, StreamExt};
+use serde_json::Value;
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use super::memory::CallMemory;
+use super::run::{Call, emit};
+use super::stream::AgentEvent;
+use crate::error::Error;
+use crate::hook::{ActingChunkEvent, EventKind, HookEvent, PostActingEvent, PreActingEvent};
+use crate::message::{Msg, ToolResult, ToolUse};
+use crate::observe::{Decision, DecisionKind};
+use crate::tool::{ProgressChunk, ToolContext};
+use crate::util::panic_message;
+
+/// How many `PreActing` passes a call may take before the hooks are considered not to
+/// agree on it (the call is then denied). One pass when no hook rewrites; two when the
+/// rewriting hooks' outputs are stable.
+pub const MAX_PRE_ACTING_PASSES: u32 = 4;
+
+/// A tool call after admission and `PreActing`.
+pub(super) struct Planned {
+    pub(super) tool_use: ToolUse,
+    /// Why a hook denied it.
+    pub(super) denial: Option<String>,
+    /// Why the runtime refused it before any hook saw it, with the status label.
+    pub(super) rejection: Option<(String, &'static str)>,
+}
+
+/// Normalises tool-call arguments in place: an object stays; a string holding a JSON
+/// object is decoded; a blank string becomes `{}`. Returns whether the value changed,
+/// or why the arguments are not an object.
+pub(crate) fn normalize_arguments(input: &mut Value) -> Result<bool, String> {
+    match input {
+        Value::Object(_) => Ok(false),
+        Value::String(raw) if raw.trim().is_empty() => {
+            *input = Value::Object(Default::default());
+            Ok(true)
+        }
+        Value::String(raw) => match serde_json::from_str::<Value>(raw) {
+            Ok(v @ Value::Object(_)) => {
+                *input = v;
+                Ok(true)
+            }
+            Ok(other) => Err(format!(
+                "the arguments must be a JSON object, got a string holding {}",
+                json_type(&other)
+            )),
+            Err(e) => Err(format!(
+                "the arguments are not valid JSON ({e}): {}",
+                crate::util::truncate(raw, 200)
+            )),
+        },
+        other => Err(format!(
+            "the arguments must be a JSON object, got {}",
+            json_type(other)
+        )),
+    }
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+impl Call<'_> {
+    /// Admission, `PreActing` for each call, execution, `PostActing` for each result.
+    /// Returns the turn's tool message when a hook stopped the loop.
+    pub(super) async fn act(
+        &mut self,
+        memory: &mut CallMemory,
+        uses: Vec<ToolUse>,
+    ) -> Result<Option<Msg>, Error> {
+        let limit = self.agent.limits.max_tool_calls_per_turn;
+        let total = uses.len();
+        let mut planned = Vec::with_capacity(uses.len());
+        for (n, mut tool_use) in uses.into_iter().enumerate() {
+            let rejection = if n >= limit {
+                Some((
+                    format!(
+                        "Tool call `{}` was not executed: the model asked for {total} tool \
+                         calls in one turn and at most {limit} run; call fewer tools at once",
+                        tool_use.name
+                    ),
+                    "too_many_calls",
+                ))
+            } else {
+                self.admit(memory, &mut tool_use)
+            };
+            if let Some((reason, status)) = rejection {
+                self.note_runtime(
+                    DecisionKind::ToolCallRejected,
+                    "tool_use",
+                    status,
+                    &reason,
+                    &tool_use.id,
+                );
+                planned.push(Planned {
+                    tool_use,
+                    denial: None,
+                    rejection: Some((reason, status)),
+                });
+                continue;
+            }
+            if !self.wants(EventKind::PreActing) {
+                planned.push(Planned {
+                    tool_use,
+                    denial: None,
+                    rejection: None,
+                });
+                continue;
+            }
+            let e = self.pre_acting(tool_use).await?;
+            if e.changed {
+                memory.update_tool_use(&e.tool_use);
+            }
+            #[cfg(feature = "metrics")]
+            if let Some(d) = &e.denial {
+                crate::observe::metrics_impl::denial(
+                    d.hook.as_deref().unwrap_or("<runtime>"),
+                    crate::observe::metrics_impl::tool_label(
+                        self.agent.tool_labels.as_deref(),
+                        &e.tool_use.name,
+                    ),
+                );
+            }
+            planned.push(Planned {
+                tool_use: e.tool_use,
+                denial: e.denial.map(|d| d.reason),
+                rejection: None,
+            });
+        }
+        for p in &planned {
+            emit(self.sink, || AgentEvent::ToolCall(p.tool_use.clone()));
+        }
+        let results = self.execute(&planned).await;
+        let mut stop = false;
+        let mut batch = None;
+        for (p, result) in planned.into_iter().zip(results) {
+            let result = if self.wants(EventKind::PostActing) {
+                let mut ev = HookEvent::PostActing(PostActingEvent {
+                    meta: self.meta.clone(),
+                    tool_use: p.tool_use,
+                    result,
+                    denied: p.denial.is_some(),
+                    stop: false,
+                });
+                self.dispatch(&mut ev).await?;
+                let HookEvent::PostActing(e) = ev else {
+                    return Err(Error::internal("PostActing changed variant"));
+                };
+                stop |= e.stop;
+                e.result
+            } else {
+                result
+            };
+            emit(self.sink, || AgentEvent::ToolResult(result.clone()));
+            batch = Some(memory.record_result(batch, result));
+        }
+        if stop {
+            let msg = batch
+                .and_then(|i| memory.messages().get(i).cloned())
+                .unwrap_or_else(|| Msg::tool([]));
+            return Ok(Some(msg));
+        }
+        Ok(None)
+    }
+
+    /// Admission of one call before any hook: normalises its arguments (memory records
+    /// the normalised form), checks the tool exists and the arguments fit its schema.
+    /// Returns the rejection text and status when the call cannot run.
+    fn admit(
+        &self,
+        memory: &mut CallMemory,
+        tool_use: &mut ToolUse,
+    ) -> Option<(String, &'static str)> {
+        let name = tool_use.name.as_str();
+        match normalize_arguments(&mut tool_use.input) {
+            Ok(true) => memory.update_tool_use(tool_use),
+            Ok(false) => {}
+            Err(why) => {
+                return Some((
+                    format!("Invalid arguments for tool `{name}`: {why}"),
+                    "invalid_arguments",
+                ));
+            }
+        }
+        let Some(entry) = self.agent.toolkit.entry(name) else {
+            return Some((self.unknown_tool(name), "unknown_tool"));
+        };
+        match entry.prepare(&tool_use.input) {
+            Ok(args) => {
+                // What runs is what hooks and memory see (explicit nulls of optional
+                // properties pruned).
+                if args != tool_use.input {
+                    tool_use.input = args;
+                    memory.update_tool_use(tool_use);
+                }
+                None
+            }
+            Err(msg) => Some((
+                format!("Invalid arguments for tool `{name}`: {msg}"),
+                "invalid_arguments",
+            )),
+        }
+    }
+
+    fn unknown_tool(&self, name: &str) -> String {
+        let available = self.agent.tool_names.join(", ");
+        format!("Unknown tool `{name}`. Available tools: [{available}]")
+    }
+
+    /// Runs the `PreActing` hooks on one call until a pass changes nothing (see the
+    /// module docs), denying it when they do not agree within
+    /// [`MAX_PRE_ACTING_PASSES`].
+    async fn pre_acting(&self, tool_use: ToolUse) -> Result<PreActingEvent, Error> {
+        let chain = &self.agent.chain;
+        let full = chain.subscribers(EventKind::PreActing);
+        let mut ev = HookEvent::PreActing(PreActingEvent {
+            meta: self.meta.clone(),
+            tool_use,
+            denial: None,
+            changed: false,
+            changed_by: None,
+        });
+        let mut stale: Cow<'_, [u16]> = Cow::Borrowed(full);
+        let mut passes = 0;
+        loop {
+            passes += 1;
+            if let HookEvent::PreActing(e) = &mut ev {
+                e.changed_by = None;
+            }
+            self.dispatch_list(&mut ev, &stale).await?;
+            let HookEvent::PreActing(e) = &mut ev else {
+                return Err(Error::internal("PreActing changed variant"));
+            };
+            if e.denial.is_some() {
+                break;
+            }
+            let Some(by) = e.changed_by else { break };
+            if passes >= MAX_PRE_ACTING_PASSES {
+                let hook = chain
+                    .entries()
+                    .get(usize::from(by))
+                    .map_or("<runtime>", |h| &*h.name);
+                e.meta.current = None;
+                e.deny(format!(
+                    "the PreActing hooks did not agree on this call after \
+                     {MAX_PRE_ACTING_PASSES} passes (last rewrite by `{hook}`)"
+                ));
+                break;
+            }
+            // The hooks after the last rewrite in this pass saw the final form; every
+            // other subscriber runs again.
+            let seen: &[u16] = match stale.iter().position(|&i| i == by) {
+                Some(p) => &stale[p + 1..],
+                None => &[],
+            };
+            let next: Vec<u16> = full.iter().copied().filter(|i| !seen.contains(i)).collect();
+            stale = Cow::Owned(next);
+        }
+        match ev {
+            HookEvent::PreActing(e) => Ok(e),
+            _ => Err(Error::internal("PreActing changed variant")),
+        }
+    }
+
+    /// Records a decision the runtime made (rejections, truncations).
+    pub(super) fn note_runtime(
+        &self,
+        kind: DecisionKind,
+        field: &'static str,
+        before: &str,
+        reason: &str,
+        tool_call_id: &str,
+    ) {
+        if !self.meta.mode.on {
+            return;
+        }
+        let d = Decision {
+            hook: "<runtime>".to_owned(),
+            priority: 0,
+            event: EventKind::PreActing,
+            kind,
+            field,
+            before: before.to_owned(),
+            after: String::new(),
+            reason: Some(reason.to_owned()),
+            agent_id: self.agent.info.id.clone(),
+            tool_call_id: Some(tool_call_id.to_owned()),
+        };
+        crate::observe::emit_decision(&d);
+        self.trail
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(d);
+    }
+
+    /// Runs the turn's calls: contiguous concurrency-safe calls together (at most the
+    /// agent's tool concurrency at once), an unsafe call alone; results in call order.
+    /// Progress chunks are routed to `ActingChunk` hooks while the tools run.
+    async fn execute(&self, planned: &[Planned]) -> Vec<ToolResult> {
+        let listen = self.wants(EventKind::ActingChunk) || self.sink.is_some();
+        let (tx, mut rx): (
+            Option<UnboundedSender<ProgressChunk>>,
+            Option<UnboundedReceiver<ProgressChunk>>,
+        ) = if listen {
+            // futures' channel: creating it is one small allocation (tokio's allocates
+            // a 32-slot block up front), and most tools never report progress.
+            let (tx, rx) = unbounded();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let concurrency = self.agent.limits.tool_concurrency.max(1);
+        let mut results = Vec::with_capacity(planned.len());
+        let mut start = 0;
+        while start < planned.len() {
+            let alone = !self.is_concurrency_safe(&planned[start]);
+            let mut end = start + 1;
+            if !alone {
+                while end < planned.len() && self.is_concurrency_safe(&planned[end]) {
+                    end += 1;
+                }
+            }
+            let calls = (start..end).map(|i| self.run_tool(&planned[i], i, tx.clone()));
+            // `join_all` for a group within the limit (no per-future task node); a
+            // larger group runs through an ordered buffer of `concurrency` slots.
+            let group = if end - start <= concurrency {
+                futures::future::join_all(calls).left_future()
+            } else {
+                futures::stream::iter(calls)
+                    .buffered(concurrency)
+                    .collect::<Vec<_>>()
+                    .right_future()
+            };
+            let group_results = match rx.as_mut() {
+                None => group.await,
+                Some(rx) => {
+                    tokio::pin!(group);
+                    let out = loop {
+                        tokio::select! {
+                            biased;
+                            out = &mut group => break out,
+                            Some(chunk) = rx.next() => self.progress(planned, chunk).await,
+                        }
+                    };
+                    while let Ok(chunk) = rx.try_recv() {
+                        self.progress(planned, chunk).await;
+                    }
+                    out
+                }
+            };
+            results.extend(group_results);
+            start = end;
+        }
+        results
+    }
+
+    fn is_concurrency_safe(&self, p: &Planned) -> bool {
+        p.denial.is_some()
+            || p.rejection.is_some()
+            || self
+                .agent
+                .toolkit
+                .entry(&p.tool_use.name)
+                .is_none_or(|e| e.tool.concurrency_safe())
+    }
+
+    async fn progress(&self, planned: &[Planned], chunk: ProgressChunk) {
+        let Some(p) = planned.get(chunk.index) else {
+            return;
+        };
+        emit(self.sink, || AgentEvent::ToolProgress {
+            id: p.tool_use.id.clone(),
+            text: chunk.text.clone(),
+        });
+        if self.wants(EventKind::ActingChunk) {
+            let mut ev = HookEvent::ActingChunk(ActingChunkEvent {
+                meta: self.meta.clone(),
+                tool_use: p.tool_use.clone(),
+                chunk: chunk.text,
+            });
+            // Notification event: failures are logged by the chain.
+            let _ = self.dispatch(&mut ev).await;
+        }
+    }
+
+    /// Runs one call and turns every failure into an error result naming the tool.
+    async fn run_tool(
+        &self,
+        p: &Planned,
+        index: usize,
+        progress: Option<UnboundedSender<ProgressChunk>>,
+    ) -> ToolResult {
+        let ToolUse { id, name, input } = &p.tool_use;
+        let span = tracing::info_span!(
+            "execute_tool",
+            otel.name = Empty,
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %name,
+            gen_ai.tool.call.id = %id,
+            gen_ai.tool.call.arguments = Empty,
+            gen_ai.tool.call.result = Empty,
+            rein.tool.status = Empty,
+        );
+        if !span.is_disabled() {
+            span.record("otel.name", format!("execute_tool {name}"));
+            if self.agent.record_content {
+                span.record("gen_ai.tool.call.arguments", input.to_string());
+            }
+        }
+        let (mut result, status) = self
+            .run_tool_in_span(p, index, progress)
+            .instrument(span.clone())
+            .await;
+        self.cap_result(&mut result);
+        span.record("rein.tool.status", status);
+        if self.agent.record_content && !span.is_disabled() {
+            span.record("gen_ai.tool.call.result", result.content.as_str());
+        }
+        #[cfg(feature = "metrics")]
+        crate::observe::metrics_impl::tool_call(
+            crate::observe::metrics_impl::tool_label(self.agent.tool_labels.as_deref(), name),
+            status,
+        );
+        result
+    }
+
+    /// Truncates a result longer than the agent's maximum (on a char boundary) and
+    /// appends a marker saying how much was cut; the cut is recorded in the trail.
+    fn cap_result(&self, result: &mut ToolResult) {
+        let max = self.agent.limits.max_tool_result_bytes;
+        let len = result.content.len();
+        if len <= max {
+            return;
+        }
+        let mut end = max;
+        while !result.content.is_char_boundary(end) {
+            end -= 1;
+        }
+        result.content.truncate(end);
+        result.content.push_str(&format!(
+            "\n[truncated by the runtime: the tool returned {len} bytes; the first {end} are shown]"
+        ));
+        self.note_runtime(
+            DecisionKind::ToolResultTruncated,
+            "tool_result.content",
+            &len.to_string(),
+            &format!("tool result over {max} bytes"),
+            &result.id,
+        );
+    }
+
+    /// Runs one call; returns the result and a status label (`ok`, `denied`,
+    /// `unknown_tool`, `invalid_arguments`, `too_many_calls`, `error`, `panic`,
+    /// `timeout`).
+    async fn run_tool_in_span(
+        &self,
+        p: &Planned,
+        index: usize,
+        progress: Option<UnboundedSender<ProgressChunk>>,
+    ) -> (ToolResult, &'static str) {
+        let ToolUse { id, name, input } = &p.tool_use;
+        if let Some((text, status)) = &p.rejection {
+            return (ToolResult::error(id, name, text.clone()), status);
+        }
+        if let Some(reason) = &p.denial {
+            let text = format!("Tool call `{name}` was denied: {reason}");
+            return (ToolResult::error(id, name, text), "denied");
+        }
+        // Checked again: a hook may have renamed the call or rewritten its arguments.
+        let Some(entry) = self.agent.toolkit.entry(name) else {
+            return (
+                ToolResult::error(id, name, self.unknown_tool(name)),
+                "unknown_tool",
+            );
+        };
+        let args = match entry.prepare(input) {
+            Ok(args) => args,
+            Err(msg) => {
+                let text = format!("Invalid arguments for tool `{name}`: {msg}");
+                return (ToolResult::error(id, name, text), "invalid_arguments");
+            }
+        };
+        let ctx = ToolContext {
+            run: self.ctx.clone(),
+            agent: Arc::clone(&self.agent.info),
+            tool_use_id: id.clone(),
+            index,
+            progress,
+            events: self.sink.cloned(),
+        };
+        let limit = entry.tool.timeout().unwrap_or(self.agent.tool_timeout);
+        // Created inside the guarded block: a tool that panics before returning its
+        // future is caught too.
+        let fut = AssertUnwindSafe(async { entry.tool.call(args, ctx).await }).catch_unwind();
+        match tokio::time::timeout(limit, fut).await {
+            Ok(Ok(Ok(text))) => (ToolResult::new(id, name, text), "ok"),
+            Ok(Ok(Err(e))) => (
+                ToolResult::error(id, name, format!("Tool `{name}` failed: {e}")),
+                "error",
+            ),
+            Ok(Err(payload)) => (
+                ToolResult::error(
+                    id,
+                    name,
+                    format!("Tool `{name}` panicked: {}", panic_message(&*payload)),
+                ),
+                "panic",
+            ),
+            Err(_) => (
+                ToolResult::error(id, name, format!("Tool `{name}` timed out after {limit:?}")),
+                "timeout",
+            ),
+        }
+    }
+}
