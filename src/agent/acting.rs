@@ -284,6 +284,7 @@ impl Call<'_> {
                     "the PreActing hooks did not agree on this call after \
                      {MAX_PRE_ACTING_PASSES} passes (last rewrite by `{hook}`)"
                 ));
+                self.keep_trail(&mut ev);
                 break;
             }
             // The hooks after the last rewrite in this pass saw the final form; every

@@ -29,12 +29,18 @@ pub struct AgentInfo {
 ///
 /// A call holds a handful of values, so they are kept in a small vector searched by
 /// `TypeId` (no hashing, no allocation for lookups).
+///
+/// Values stored while a call runs in the context belong to that run: they are not
+/// carried into the fresh run a concurrent call on the same context gets (see
+/// [`RunContext`]).
 #[derive(Clone, Default)]
 pub struct Extensions {
     map: Arc<Mutex<Slots>>,
+    /// Set while a call runs in the context these extensions belong to.
+    active: Arc<AtomicBool>,
 }
 
-/// `(type, value, run-local)`: run-local values (hook state of the run in progress)
+/// `(type, value, run-local)`: run-local values (stored while a call ran, hook state)
 /// are not carried into the context of another run.
 type Slots = Vec<(TypeId, Arc<dyn Any + Send + Sync>, bool)>;
 
@@ -51,11 +57,15 @@ impl Extensions {
     pub fn insert<T: Send + Sync + 'static>(&self, value: T) -> Option<Arc<T>> {
         let id = TypeId::of::<T>();
         let new: Arc<dyn Any + Send + Sync> = Arc::new(value);
+        let run_local = self.active.load(Ordering::Acquire);
         let mut slots = self.lock();
         match Self::find(&slots, id) {
-            Some(i) => std::mem::replace(&mut slots[i].1, new).downcast::<T>().ok(),
+            Some(i) => std::mem::replace(&mut slots[i], (id, new, run_local))
+                .1
+                .downcast::<T>()
+                .ok(),
             None => {
-                slots.push((id, new, false));
+                slots.push((id, new, run_local));
                 None
             }
         }
@@ -70,7 +80,7 @@ impl Extensions {
 
     /// The value of type `T`, inserting `init()` first if absent.
     pub fn get_or_insert_with<T: Send + Sync + 'static>(&self, init: impl FnOnce() -> T) -> Arc<T> {
-        self.get_or_insert_marked(init, false)
+        self.get_or_insert_marked(init, self.active.load(Ordering::Acquire))
     }
 
     /// [`Extensions::get_or_insert_with`] for state that belongs to the run in progress
@@ -114,6 +124,7 @@ impl Extensions {
             .collect();
         Self {
             map: Arc::new(Mutex::new(slots)),
+            active: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -164,16 +175,15 @@ struct Ids {
 /// in its extensions) continues that run. But two calls cannot be the same run at the
 /// same time: when a call starts with a context (or a clone of one) whose run is still
 /// in progress in another call, the new call runs in a *fresh run* derived from it — a
-/// new run id and its own extensions holding the values stored before the call started
-/// (the same `Arc`s), but none of the other call's hook state. Hooks and tools of the
+/// new run id and its own extensions holding the values stored while no call ran (the
+/// same `Arc`s: e.g. the caller's approval decisions), but nothing stored during the
+/// other call (its hooks' and tools' state). Hooks and tools of the
 /// second call then see the derived context, and nothing they store reaches the
 /// caller's context. So concurrent calls never share run ids or per-run hook state.
 #[derive(Clone, Debug)]
 pub struct RunContext {
     ids: Arc<Ids>,
     extensions: Extensions,
-    /// Set while a call runs in this run (shared by clones).
-    active: Arc<AtomicBool>,
 }
 
 /// Marks a run as in progress for the duration of one call; clears it on drop.
@@ -204,7 +214,6 @@ impl RunContext {
                 user_id: None,
             }),
             extensions: Extensions::default(),
-            active: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -212,11 +221,12 @@ impl RunContext {
     /// progress elsewhere, else a fresh run derived from it (see the type's docs).
     pub(crate) fn begin_run(self) -> (RunContext, ActiveRun) {
         if self
+            .extensions
             .active
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
-            let flag = Arc::clone(&self.active);
+            let flag = Arc::clone(&self.extensions.active);
             return (self, ActiveRun { flag });
         }
         let derived = RunContext {
@@ -226,14 +236,14 @@ impl RunContext {
                 user_id: self.ids.user_id.clone(),
             }),
             extensions: self.extensions.snapshot(),
-            active: Arc::new(AtomicBool::new(true)),
         };
+        derived.extensions.active.store(true, Ordering::Release);
         tracing::debug!(
             run_id = %self.ids.run_id,
             derived = %derived.ids.run_id,
             "run context already in use by a running call; this call runs in a fresh run"
         );
-        let flag = Arc::clone(&derived.active);
+        let flag = Arc::clone(&derived.extensions.active);
         (derived, ActiveRun { flag })
     }
 
@@ -255,12 +265,10 @@ impl RunContext {
         self
     }
 
-    /// Sets the run id (normally generated). The context then describes a new run:
-    /// it no longer counts as in progress where the original is.
+    /// Sets the run id (normally generated).
     #[must_use]
     pub fn with_run_id(mut self, s: impl Into<String>) -> Self {
         self.ids_mut().run_id = s.into();
-        self.active = Arc::new(AtomicBool::new(false));
         self
     }
 

@@ -280,7 +280,7 @@ impl Call<'_> {
     }
 
     /// Moves the decisions hooks made during a dispatch to the call's trail.
-    fn keep_trail(&self, event: &mut HookEvent) {
+    pub(super) fn keep_trail(&self, event: &mut HookEvent) {
         if self.meta.mode.on {
             let made = std::mem::take(&mut event.meta_mut().trail);
             if !made.is_empty() {

@@ -14,6 +14,7 @@ mod durable;
 mod failure_policy;
 mod faults;
 mod fuzz_inputs;
+mod governance;
 mod hook_chain;
 mod hooks_approval;
 mod hooks_audit;
