@@ -93,7 +93,7 @@ pub mod tool;
 mod util;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions,
+    Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions, StreamRelease,
     FileSessionStore, InMemorySessionStore, RunContext, SessionKey, SessionStore, StopReason,
     StoreError, StoreErrorKind, StoredSession,
 };

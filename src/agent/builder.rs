@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::memory::Sessions;
-use super::{Agent, AgentInfo, AgentInner, Limits, SessionStore};
+use super::{Agent, AgentInfo, AgentInner, Limits, SessionStore, StreamRelease};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::hook::{HookChain, HookRegistry, IntoHook, RegisteredHook};
 use crate::mcp::McpServerConfig;
@@ -37,6 +37,7 @@ pub struct AgentBuilder {
     pub(crate) tool_timeout: Duration,
     pub(crate) hook_timeout: Option<Duration>,
     pub(crate) limits: Limits,
+    pub(crate) stream_release: StreamRelease,
     pub(crate) store: Option<Arc<dyn SessionStore>>,
     pub(crate) workspace: Option<PathBuf>,
     pub(crate) subagents: Vec<SubagentDeclaration>,
@@ -70,6 +71,7 @@ impl Clone for AgentBuilder {
             tool_timeout: self.tool_timeout,
             hook_timeout: self.hook_timeout,
             limits: self.limits,
+            stream_release: self.stream_release,
             store: self.store.clone(),
             workspace: self.workspace.clone(),
             subagents: self.subagents.clone(),
@@ -123,6 +125,7 @@ impl AgentBuilder {
             tool_timeout: Duration::from_secs(300),
             hook_timeout: None,
             limits: Limits::default(),
+            stream_release: StreamRelease::Immediate,
             store: None,
             workspace: None,
             subagents: Vec::new(),
@@ -240,6 +243,13 @@ impl AgentBuilder {
     /// [`DecisionKind::ToolResultTruncated`](crate::DecisionKind::ToolResultTruncated).
     pub fn max_tool_result_bytes(mut self, n: usize) -> Self {
         self.limits.max_tool_result_bytes = n;
+        self
+    }
+
+    /// When [`Agent::stream`] callers see a model turn's text: as it streams (default)
+    /// or only once the post-hooks accepted the turn. See [`StreamRelease`].
+    pub fn stream_release(mut self, release: StreamRelease) -> Self {
+        self.stream_release = release;
         self
     }
 
@@ -656,6 +666,7 @@ impl AgentBuilder {
                 max_gotos: self.max_gotos,
                 tool_timeout: self.tool_timeout,
                 limits: self.limits,
+                hold_deltas: self.stream_release == StreamRelease::AfterAcceptance,
                 sessions: Sessions::default(),
                 store: self.store,
                 delegation,

@@ -57,7 +57,7 @@ pub use context::{AgentInfo, Extensions, RunContext};
 pub use file_store::FileSessionStore;
 pub use memory::SessionKey;
 pub use store::{InMemorySessionStore, SessionStore, StoreError, StoreErrorKind, StoredSession};
-pub use stream::{AgentEvent, AgentStream};
+pub use stream::{AgentEvent, AgentStream, StreamRelease};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -139,6 +139,8 @@ pub(crate) struct AgentInner {
     pub(crate) max_gotos: u32,
     pub(crate) tool_timeout: Duration,
     pub(crate) limits: Limits,
+    /// [`StreamRelease::AfterAcceptance`]: deltas are sent after the post-hooks.
+    pub(crate) hold_deltas: bool,
     pub(crate) sessions: Sessions,
     pub(crate) store: Option<Arc<dyn SessionStore>>,
     /// Present when the agent can delegate (it then has the `agent_spawn` tool).

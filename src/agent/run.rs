@@ -295,6 +295,30 @@ impl Call<'_> {
         }
     }
 
+    /// With [`StreamRelease::AfterAcceptance`](super::StreamRelease::AfterAcceptance):
+    /// sends a streaming caller the turn its post-hooks accepted (as they left it): its
+    /// thinking, text and tool-call starts, as one delta each.
+    fn release(&self, msg: &Msg) {
+        if !self.agent.hold_deltas {
+            return;
+        }
+        let Some(sink) = self.sink else { return };
+        for block in &msg.content {
+            let event = match block {
+                ContentBlock::Thinking(t) if !t.text.is_empty() => {
+                    AgentEvent::ThinkingDelta(t.text.clone())
+                }
+                ContentBlock::Text(t) if !t.is_empty() => AgentEvent::TextDelta(t.clone()),
+                ContentBlock::ToolUse(u) => AgentEvent::ToolCallStart {
+                    id: u.id.clone(),
+                    name: u.name.clone(),
+                },
+                _ => continue,
+            };
+            let _ = sink.send(event);
+        }
+    }
+
     fn take_trail(&self) -> Vec<Decision> {
         std::mem::take(&mut *self.trail.lock().unwrap_or_else(PoisonError::into_inner))
     }
@@ -351,6 +375,9 @@ impl Call<'_> {
             }
             let msg = self.reason(memory, iteration).await?;
             let (msg, goto, stop) = self.post_reasoning(msg, iteration).await?;
+            if goto.is_none() {
+                self.release(&msg);
+            }
             if stop {
                 memory.push(msg.clone());
                 memory.disarm();
@@ -362,7 +389,10 @@ impl Call<'_> {
                     return Err(Error::goto_limit(agent.max_gotos));
                 }
                 self.apply_goto(memory, msg, extra)?;
-                emit(self.sink, || AgentEvent::ReasoningRedone);
+                if !self.agent.hold_deltas {
+                    // Nothing of the turn was shown when deltas are held.
+                    emit(self.sink, || AgentEvent::ReasoningRedone);
+                }
                 continue;
             }
             gotos = 0;
@@ -613,6 +643,7 @@ impl Call<'_> {
             };
             summary = e.message;
         }
+        self.release(&summary);
         memory.push(summary.clone());
         Ok(summary)
     }
@@ -744,14 +775,14 @@ impl Call<'_> {
                 .map_err(panicked)?;
             let Some(item) = next else { break };
             let chunk = item.map_err(model_err)?;
-            let started = self
-                .sink
-                .and_then(|sink| forward_chunk(sink, &chunk, &calls));
+            // Held deltas are released after the post-hooks accepted the turn.
+            let live = self.sink.filter(|_| !agent.hold_deltas);
+            let started = live.and_then(|sink| forward_chunk(sink, &chunk, &calls));
             if let ModelChunk::Finish(reason) = &chunk {
                 finish = Some(reason.clone());
             }
             apply_chunk(&mut msg, &mut calls, &mut usage, &chunk);
-            if let (Some(sink), Some(index)) = (self.sink, started) {
+            if let (Some(sink), Some(index)) = (live, started) {
                 announce_call(sink, &calls, index);
             }
             if listen {

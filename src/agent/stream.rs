@@ -57,6 +57,29 @@ pub enum AgentEvent {
     Error(Error),
 }
 
+/// When a streaming caller sees a model turn's text (set with
+/// [`AgentBuilder::stream_release`](crate::AgentBuilder::stream_release)).
+///
+/// A `PostReasoning` hook may reject a turn the model already streamed (the
+/// self-correction hook redoes a reply that promises a refund; a masking hook rewrites
+/// it). What the UI was shown of that turn depends on this setting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StreamRelease {
+    /// Deltas are sent as the model produces them (default: lowest latency). A turn the
+    /// post-hooks reject was already shown; [`AgentEvent::ReasoningRedone`] tells the
+    /// UI to withdraw it, and a rewrite by a `PostReasoning` hook shows only in
+    /// [`AgentEvent::Final`].
+    #[default]
+    Immediate,
+    /// A turn's text, thinking and tool-call starts are held until the `PostReasoning`
+    /// (or `PostSummary`) hooks accepted it, then sent once, as the hooks left them (one
+    /// delta per content block). A rejected turn is never shown (no
+    /// `ReasoningRedone` is sent): a withdrawn promise never reaches the screen. The
+    /// caller sees each turn only when its model call has finished.
+    AfterAcceptance,
+}
+
 /// The stream returned by [`Agent::stream`](crate::Agent::stream).
 ///
 /// The call runs as the stream is polled; dropping the stream cancels the call (memory

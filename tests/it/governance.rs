@@ -518,3 +518,56 @@ async fn tool_concurrency_bounds_how_many_calls_of_a_turn_run_at_once() {
     assert_eq!(peak.load(std::sync::atomic::Ordering::SeqCst), 3);
     assert_eq!(results_in_request(&model, 1).len(), 10);
 }
+
+/// Redoes any reply that claims a refund was paid.
+fn no_paid_promises() -> FnHook {
+    FnHook::new("no-promises", |event| {
+        if let HookEvent::PostReasoning(e) = event
+            && e.message().text().contains("paid")
+        {
+            e.goto_reasoning(vec![Msg::user("Do not claim a refund was paid.")]);
+        }
+        Ok(())
+    })
+    .on(EventKind::PostReasoning)
+}
+
+async fn streamed_texts(release: StreamRelease) -> (Vec<String>, bool) {
+    let model = ScriptedModel::new([
+        ScriptedTurn::text("Your refund was paid already."),
+        ScriptedTurn::text("A colleague will review your refund."),
+    ]);
+    let agent = builder(&model)
+        .hook(no_paid_promises())
+        .stream_release(release)
+        .build()
+        .unwrap();
+    let events: Vec<AgentEvent> = agent
+        .stream(vec![Msg::user("refund?")], session("s"))
+        .collect()
+        .await;
+    let mut texts = Vec::new();
+    let mut redone = false;
+    for e in events {
+        match e {
+            AgentEvent::TextDelta(t) => texts.push(t),
+            AgentEvent::ReasoningRedone => redone = true,
+            AgentEvent::Final(o) => {
+                assert_eq!(o.reply.text(), "A colleague will review your refund.");
+            }
+            _ => {}
+        }
+    }
+    (texts, redone)
+}
+
+#[tokio::test]
+async fn with_release_after_acceptance_a_withdrawn_reply_never_reaches_the_stream() {
+    let (texts, redone) = streamed_texts(StreamRelease::AfterAcceptance).await;
+    assert_eq!(texts, ["A colleague will review your refund."]);
+    assert!(!redone, "nothing was shown, so nothing is withdrawn");
+    // The default streams as the model produces, and withdraws the rejected turn.
+    let (texts, redone) = streamed_texts(StreamRelease::Immediate).await;
+    assert!(texts.concat().contains("paid"));
+    assert!(redone);
+}
