@@ -86,7 +86,25 @@ pub enum StopReason {
     ActingStopped,
     /// `max_iters` was reached; the reply is the summary.
     MaxIterations,
+    /// A subagent stopped with tool calls waiting (for a human's approval): the
+    /// delegation call that reached it is pending in this agent's session, and the
+    /// reply — the turn's assistant message — lists every waiting call of the
+    /// delegation tree under [`PENDING_CALLS_KEY`] (with [`PENDING_CALL_IDS_KEY`]).
+    /// Resume with an empty input and the decisions in the run context: they reach the
+    /// subagent that waits, which runs the approved calls once and continues.
+    SubagentStopped,
 }
+
+/// Metadata key on a stopped reply: the ids of the tool calls waiting for a decision,
+/// anywhere in the delegation tree (a JSON array of strings).
+pub const PENDING_CALL_IDS_KEY: &str = "rein.approval_pending";
+
+/// Metadata key on a stopped reply: the tool calls waiting for a decision, anywhere in
+/// the delegation tree, in full: a JSON array of objects with `id`, `name`, `input`
+/// (the call, deserializable as a [`ToolUse`](crate::ToolUse)), `agent` (the path of
+/// agent names from this agent down to the one that waits, `/`-separated) and
+/// `agent_id`.
+pub const PENDING_CALLS_KEY: &str = "rein.approval_pending_calls";
 
 /// The result of a call, with what it cost.
 #[derive(Clone, Debug)]

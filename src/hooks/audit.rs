@@ -1044,6 +1044,7 @@ fn stop_reason(reason: StopReason) -> &'static str {
         StopReason::ReasoningStopped => "reasoning_stopped",
         StopReason::ActingStopped => "acting_stopped",
         StopReason::MaxIterations => "max_iterations",
+        StopReason::SubagentStopped => "subagent_stopped",
     }
 }
 
