@@ -93,47 +93,36 @@ pub(crate) fn enforce(
         }
     }
 
-    let mut raised = Vec::new();
-    let mut check = |limit: &str, granted: String, set: String, widens: bool| {
-        if widens {
-            raised.push(format!("`{limit}` from {granted} to {set}"));
-        }
+    // No hook timeout is the longest one.
+    let forever = |t: Option<Duration>| t.unwrap_or(Duration::MAX);
+    let shown = |d: Duration| match d {
+        Duration::MAX => "none".to_owned(),
+        d => format!("{d:?}"),
     };
-    check(
-        "max_depth",
-        granted.max_depth.to_string(),
-        b.max_depth.to_string(),
-        b.max_depth > granted.max_depth,
-    );
-    check(
-        "max_iters",
-        granted.max_iters.to_string(),
-        b.max_iters.to_string(),
-        b.max_iters > granted.max_iters,
-    );
-    check(
-        "max_gotos",
-        granted.max_gotos.to_string(),
-        b.max_gotos.to_string(),
-        b.max_gotos > granted.max_gotos,
-    );
-    check(
-        "tool_timeout",
-        format!("{:?}", granted.tool_timeout),
-        format!("{:?}", b.tool_timeout),
-        b.tool_timeout > granted.tool_timeout,
-    );
-    let timeout = |t: Option<Duration>| t.map_or_else(|| "none".to_owned(), |d| format!("{d:?}"));
-    check(
-        "hook_timeout",
-        timeout(granted.hook_timeout),
-        timeout(b.hook_timeout),
-        match (granted.hook_timeout, b.hook_timeout) {
-            (Some(_), None) => true,
-            (Some(g), Some(s)) => s > g,
-            (None, _) => false,
-        },
-    );
+    let counts = [
+        ("max_depth", granted.max_depth, b.max_depth),
+        ("max_iters", granted.max_iters, b.max_iters),
+        ("max_gotos", granted.max_gotos, b.max_gotos),
+    ];
+    let times = [
+        ("tool_timeout", granted.tool_timeout, b.tool_timeout),
+        (
+            "hook_timeout",
+            forever(granted.hook_timeout),
+            forever(b.hook_timeout),
+        ),
+    ];
+    let raised: Vec<String> = counts
+        .iter()
+        .filter(|(_, g, s)| s > g)
+        .map(|(limit, g, s)| format!("`{limit}` from {g} to {s}"))
+        .chain(
+            times
+                .iter()
+                .filter(|(_, g, s)| s > g)
+                .map(|(limit, g, s)| format!("`{limit}` from {} to {}", shown(*g), shown(*s))),
+        )
+        .collect();
     if !raised.is_empty() {
         return Err(BuildError::new(
             BuildErrorKind::Widening,

@@ -11,6 +11,11 @@ use serde_json::json;
 use crate::subagents::{TempDir, decl, md, named_tool, offered, spawn};
 use crate::support::*;
 
+/// A toolkit with the tools `read` and `write`.
+fn read_write(log: &Log) -> Toolkit {
+    toolkit_with(vec![named_tool("read", log), named_tool("write", log)])
+}
+
 // ---------------------------------------------------------------------------------------
 // Item 7: policy files that fail open
 // ---------------------------------------------------------------------------------------
@@ -70,10 +75,7 @@ fn a_tools_json_symlink_to_a_readable_policy_is_applied() {
     let log = Log::default();
     let model = ScriptedModel::new([]);
     let agent = builder(&model)
-        .toolkit(toolkit_with(vec![
-            named_tool("read", &log),
-            named_tool("write", &log),
-        ]))
+        .toolkit(read_write(&log))
         .workspace(&ws.0)
         .build()
         .unwrap();
@@ -337,10 +339,7 @@ async fn a_factory_may_narrow_tools_and_lower_limits() {
         ScriptedTurn::text("p"),
     ]);
     let agent = builder(&model)
-        .toolkit(toolkit_with(vec![
-            named_tool("read", &log),
-            named_tool("write", &log),
-        ]))
+        .toolkit(read_write(&log))
         .hook_timeout(Duration::from_secs(10))
         .subagent_factory(factory(|b| {
             let tools = b.current_toolkit().filtered(|name| name == "read");
