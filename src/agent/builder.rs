@@ -173,6 +173,14 @@ impl AgentBuilder {
         self
     }
 
+    /// The toolkit set so far. In a [`SubagentFactory::configure`], these are the tools
+    /// the child inherits: narrow them with [`Toolkit::filtered`] (which shares the
+    /// instances) and pass the result to [`AgentBuilder::toolkit`]; a different instance
+    /// under a name the parent can call fails the spawn.
+    pub fn current_toolkit(&self) -> &Toolkit {
+        &self.toolkit
+    }
+
     /// Adds a hook: a value, or an `Arc` of one (the same `Arc` added twice, here or
     /// through a registry, runs once per event).
     pub fn hook(mut self, h: impl IntoHook) -> Self {
@@ -285,9 +293,17 @@ impl AgentBuilder {
     }
 
     /// Uses a workspace folder: `<ws>/tools.json` bounds this agent's tools and every
-    /// subagent's (a file that exists but cannot be read or parsed fails the build), and
-    /// `<ws>/subagents/*.md` declares subagents — those present now are checked at
-    /// `build()`, later changes are picked up before each reasoning step.
+    /// subagent's, and `<ws>/subagents/*.md` declares subagents — those present now are
+    /// checked at `build()`, later changes (judged by file content, not size or mtime)
+    /// are picked up before each reasoning step.
+    ///
+    /// Fails closed at `build()` ([`BuildErrorKind::Workspace`], naming the path): the
+    /// folder must exist and be a directory ([`SpecErrorKind::Missing`] otherwise), and
+    /// only a `tools.json` with no directory entry at all means "no policy" — a dangling
+    /// symlink ([`SpecErrorKind::Missing`]), an unreadable file or a malformed one is an
+    /// error.
+    ///
+    /// [`SpecErrorKind::Missing`]: crate::subagent::spec::SpecErrorKind::Missing
     pub fn workspace(mut self, path: impl Into<PathBuf>) -> Self {
         self.workspace = Some(path.into());
         self
@@ -436,8 +452,9 @@ impl AgentBuilder {
     /// - [`BuildErrorKind::InvalidHook`] when a hook's `validate()` fails;
     /// - [`BuildErrorKind::Tool`] when a surviving hook tool's name is taken, its schema
     ///   is invalid, or a tool is named like the delegation tool;
-    /// - [`BuildErrorKind::Workspace`] for an unreadable or malformed `tools.json` or
-    ///   subagent file (naming file, line and key);
+    /// - [`BuildErrorKind::Workspace`] for a workspace folder that does not exist, a
+    ///   dangling, unreadable or malformed `tools.json`, or a broken subagent file
+    ///   (naming file, line and key);
     /// - [`BuildErrorKind::InvalidDeclaration`] for duplicate subagent ids or an
     ///   allowlist naming a tool this agent cannot call;
     /// - [`BuildErrorKind::Mcp`] when MCP servers are declared: without the feature `mcp`

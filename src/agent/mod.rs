@@ -323,7 +323,17 @@ impl Agent {
 
     /// Forgets a session held in memory (a configured store is not touched: the next
     /// call on the session loads it again). Returns whether it was present.
+    ///
+    /// Forgetting cascades down the delegation tree: the conversations subagents held
+    /// for this session (`<child id>@<session>`, and their own children's, at every
+    /// depth) are forgotten too, so a later spawn in this session starts fresh. Child
+    /// conversations have no other eviction: each subagent holds at most one per parent
+    /// session that spawned it, until that session is forgotten, the child is rebuilt
+    /// (its declaration file changed) or the agent is dropped.
     pub fn forget_session(&self, key: &SessionKey) -> bool {
+        if let Some(delegation) = &self.inner.delegation {
+            delegation.forget_children(key);
+        }
         self.inner.sessions.remove(key)
     }
 }

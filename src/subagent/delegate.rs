@@ -1,19 +1,22 @@
-//! The declaration registry, the per-agent delegation state, the `agent_spawn` tool and
-//! the one function that builds children.
+//! The per-agent delegation state, the `agent_spawn` tool and the one function that
+//! builds children.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
-use indexmap::IndexMap;
 use serde_json::{Value, json};
 
-use super::spec::{DeclarationSpec, SpecError, ToolsPolicy, dir_fingerprint, scan_subagents_dir};
+use super::narrow::{self, Granted};
+use super::registry::Registry;
+use super::spec::{SpecError, ToolsPolicy};
 use super::{GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentFactory};
-use crate::agent::{Agent, AgentBuilder, AgentEvent, AgentInfo, RunContext, StopReason};
+use crate::agent::{
+    Agent, AgentBuilder, AgentEvent, AgentInfo, RunContext, SessionKey, StopReason,
+};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::hook::RegisteredHook;
 use crate::message::Msg;
@@ -32,7 +35,7 @@ pub(crate) enum Declared {
 }
 
 impl Declared {
-    fn description(&self) -> String {
+    pub(crate) fn description(&self) -> String {
         match self {
             Declared::Decl(d) => d.description.clone(),
             Declared::Factory(f) => f.declaration().description.clone(),
@@ -49,190 +52,8 @@ impl Declared {
     }
 }
 
-const GENERAL_PURPOSE_DESCRIPTION: &str =
+pub(crate) const GENERAL_PURPOSE_DESCRIPTION: &str =
     "A general-purpose agent with the same tools as you, for a self-contained task.";
-
-/// One parsed Markdown declaration file.
-struct FileEntry {
-    modified: SystemTime,
-    len: u64,
-    version: u64,
-    decl: Result<Arc<SubagentDeclaration>, SpecError>,
-}
-
-#[derive(Default)]
-struct Files {
-    /// By agent id (file name without `.md`), sorted.
-    entries: BTreeMap<String, FileEntry>,
-    next_version: u64,
-}
-
-/// The declarations of a delegation tree, shared by every agent in it.
-pub(crate) struct Registry {
-    code: IndexMap<String, Declared>,
-    dir: Option<PathBuf>,
-    files: Mutex<Files>,
-}
-
-impl Registry {
-    /// Collects code declarations and the static workspace files. A broken static file
-    /// or a duplicate code id fails the build.
-    pub(crate) fn new(
-        decls: &[SubagentDeclaration],
-        factories: &[Arc<dyn SubagentFactory>],
-        general_purpose: bool,
-        dir: Option<PathBuf>,
-    ) -> Result<Self, BuildError> {
-        let mut code = IndexMap::new();
-        let all = decls
-            .iter()
-            .map(|d| (d.name.clone(), Declared::Decl(Arc::new(d.clone()))))
-            .chain(factories.iter().map(|f| {
-                (
-                    f.declaration().name.clone(),
-                    Declared::Factory(Arc::clone(f)),
-                )
-            }))
-            .chain(general_purpose.then(|| (GENERAL_PURPOSE.to_owned(), Declared::GeneralPurpose)));
-        for (id, declared) in all {
-            if code.insert(id.clone(), declared).is_some() {
-                return Err(BuildError::new(
-                    BuildErrorKind::InvalidDeclaration,
-                    format!("duplicate subagent id `{id}`"),
-                ));
-            }
-        }
-        let mut files = Files::default();
-        if let Some(dir) = &dir {
-            let fingerprints: HashMap<String, (SystemTime, u64)> = dir_fingerprint(dir)
-                .map_err(BuildError::workspace)?
-                .into_iter()
-                .map(|(name, m, l)| (name, (m, l)))
-                .collect();
-            for parsed in scan_subagents_dir(dir).map_err(BuildError::workspace)? {
-                let spec = parsed.map_err(BuildError::workspace)?;
-                let (modified, len) = fingerprints
-                    .get(&format!("{}.md", spec.id))
-                    .copied()
-                    .unwrap_or((SystemTime::UNIX_EPOCH, 0));
-                files.next_version += 1;
-                files.entries.insert(
-                    spec.id.clone(),
-                    FileEntry {
-                        modified,
-                        len,
-                        version: files.next_version,
-                        decl: Ok(Arc::new(SubagentDeclaration::from_spec(spec))),
-                    },
-                );
-            }
-        }
-        Ok(Self {
-            code,
-            dir,
-            files: Mutex::new(files),
-        })
-    }
-
-    fn files(&self) -> std::sync::MutexGuard<'_, Files> {
-        self.files.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Re-scans the declarations directory, re-parsing only files whose size or mtime
-    /// changed. Broken files are reported with `tracing::error!` and kept as errors.
-    pub(crate) fn refresh(&self) {
-        let Some(dir) = &self.dir else { return };
-        let current = match dir_fingerprint(dir) {
-            Ok(fp) => fp,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot re-scan the subagents directory; keeping the last known declarations");
-                return;
-            }
-        };
-        let mut files = self.files();
-        let ids: HashSet<String> = current
-            .iter()
-            .map(|(name, _, _)| name.trim_end_matches(".md").to_owned())
-            .collect();
-        files.entries.retain(|id, _| ids.contains(id));
-        for (name, modified, len) in current {
-            let id = name.trim_end_matches(".md").to_owned();
-            if files
-                .entries
-                .get(&id)
-                .is_some_and(|e| e.modified == modified && e.len == len)
-            {
-                continue;
-            }
-            let path = dir.join(&name);
-            let decl = parse_file(&path).map(|s| Arc::new(SubagentDeclaration::from_spec(s)));
-            if let Err(e) = &decl {
-                tracing::error!(file = %path.display(), error = %e, "invalid subagent declaration");
-            }
-            files.next_version += 1;
-            let version = files.next_version;
-            files.entries.insert(
-                id,
-                FileEntry {
-                    modified,
-                    len,
-                    version,
-                    decl,
-                },
-            );
-        }
-    }
-
-    /// The declaration with this id (code first), with its version.
-    fn lookup(&self, id: &str) -> Option<Result<(Declared, u64), SpecError>> {
-        if let Some(d) = self.code.get(id) {
-            return Some(Ok((d.clone(), 0)));
-        }
-        let files = self.files();
-        let entry = files.entries.get(id)?;
-        Some(
-            entry
-                .decl
-                .clone()
-                .map(|d| (Declared::Decl(d), entry.version)),
-        )
-    }
-
-    /// Spawnable ids with descriptions: code declarations in order, then valid files.
-    pub(crate) fn listing(&self) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = self
-            .code
-            .iter()
-            .map(|(id, d)| (id.clone(), d.description()))
-            .collect();
-        for (id, entry) in &self.files().entries {
-            if let (false, Ok(d)) = (self.code.contains_key(id), &entry.decl) {
-                out.push((id.clone(), d.description.clone()));
-            }
-        }
-        out
-    }
-
-    /// Every declaration known now (for build-time validation).
-    fn all(&self) -> Vec<(String, Declared)> {
-        let mut out: Vec<(String, Declared)> = self
-            .code
-            .iter()
-            .map(|(id, d)| (id.clone(), d.clone()))
-            .collect();
-        for (id, entry) in &self.files().entries {
-            if let (false, Ok(d)) = (self.code.contains_key(id), &entry.decl) {
-                out.push((id.clone(), Declared::Decl(Arc::clone(d))));
-            }
-        }
-        out
-    }
-}
-
-fn parse_file(path: &Path) -> Result<DeclarationSpec, SpecError> {
-    let text = std::fs::read_to_string(path).map_err(|e| SpecError::io(path, &e))?;
-    DeclarationSpec::parse_markdown(path, &text)
-}
 
 /// What a child inherits from the agent that delegates to it.
 pub(crate) struct Template {
@@ -284,6 +105,26 @@ impl Delegation {
             registry,
             template,
             children: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Forgets, in every child built so far, the conversation a spawn from the parent
+    /// session `key` used (`<child id>@<session>`, same user), and — through
+    /// [`Agent::forget_session`] — every conversation below it, down the whole tree.
+    pub(crate) fn forget_children(&self, key: &SessionKey) {
+        let children: Vec<(String, Agent)> = self
+            .children
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(id, (_, agent))| (id.clone(), agent.clone()))
+            .collect();
+        for (id, child) in children {
+            let child_key = SessionKey {
+                user_id: key.user_id.clone(),
+                session_id: child_session(&id, &key.session_id),
+            };
+            child.forget_session(&child_key);
         }
     }
 
@@ -421,7 +262,9 @@ impl Delegation {
         b.tool_labels = t.tool_labels.clone();
         b.hooks.extend(decl.hooks.iter().cloned());
         if let Some(f) = factory {
+            let granted = Granted::of(&b);
             b = f.configure(b);
+            narrow::enforce(id, granted, &t.base_tools, &t.callable, &mut b)?;
         }
         // Re-applied after any factory: inherited hooks first, nothing global, no
         // workspace or declarations of its own, and the bound.
@@ -445,6 +288,11 @@ impl Delegation {
         });
         b.build()
     }
+}
+
+/// The session of the child `id` spawned from the parent session `parent_session`.
+fn child_session(id: &str, parent_session: &str) -> String {
+    format!("{id}@{parent_session}")
 }
 
 pub(crate) fn check_allowlist(
@@ -490,7 +338,7 @@ impl SpawnTool {
             .map(Duration::from_secs);
         let child = self.delegation.child(&id)?;
         let parent = ctx.run();
-        let session = format!("{id}@{}", parent.session_id());
+        let session = child_session(&id, parent.session_id());
         let mut child_ctx = RunContext::new().with_session_id(&session);
         if let Some(user) = parent.user_id() {
             child_ctx = child_ctx.with_user_id(user);
@@ -585,7 +433,27 @@ impl Tool for SpawnTool {
 }
 
 /// Loads the workspace policy (fails closed) for an agent's builder.
+///
+/// The workspace must be an existing directory (a mistyped path never means "no policy
+/// and no subagents"); inside it, only a `tools.json` with no directory entry at all
+/// means "no policy" (see [`ToolsPolicy::load`]).
 pub(crate) fn load_policy(workspace: &Path) -> Result<Option<Arc<ToolsPolicy>>, BuildError> {
+    match std::fs::metadata(workspace) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            return Err(BuildError::workspace(SpecError::missing(
+                workspace,
+                "the workspace is not a directory",
+            )));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(BuildError::workspace(SpecError::missing(
+                workspace,
+                "the workspace directory does not exist",
+            )));
+        }
+        Err(e) => return Err(BuildError::workspace(SpecError::io(workspace, &e))),
+    }
     ToolsPolicy::load(&workspace.join("tools.json"))
         .map(|p| p.map(Arc::new))
         .map_err(BuildError::workspace)

@@ -39,18 +39,29 @@
 //! # Workspace files
 //! `tools.json` and the Markdown declarations are parsed strictly by [`spec`]: unknown
 //! keys, missing `description`, bad types and malformed JSON/YAML are errors naming file,
-//! line and key. A `tools.json` that exists but cannot be read or parsed fails the build:
-//! a policy that cannot be read never means "no policy".
+//! line and key. A `tools.json` that exists but cannot be read or parsed fails the build,
+//! and so does a dangling `tools.json` symlink and a workspace folder that does not
+//! exist: a policy that cannot be read never means "no policy". Only a `tools.json` with
+//! no directory entry at all means "no policy". The re-scan of `subagents/` compares file
+//! contents, so an edit that keeps size and mtime is still seen.
+//!
+//! # Memory of children
+//! A child keeps one conversation per parent session that spawned it
+//! (`<agent_id>@<parent session>`). [`Agent::forget_session`](crate::Agent::forget_session)
+//! on the parent forgets those too, down the whole tree; there is no other eviction, so
+//! child conversations are bounded by (subagents × parent sessions not yet forgotten).
 
 mod delegate;
+mod narrow;
+mod registry;
 pub mod spec;
 #[cfg(test)]
 mod spec_tests;
 
 pub(crate) use delegate::{
-    ChildBinding, Delegation, HookToolFilter, Registry, SpawnTool, Template, check_allowlist,
-    load_policy,
+    ChildBinding, Delegation, HookToolFilter, SpawnTool, Template, check_allowlist, load_policy,
 };
+pub(crate) use registry::Registry;
 
 use std::fmt;
 use std::sync::Arc;
@@ -256,10 +267,21 @@ impl SubagentDeclarationBuilder {
 
 /// Builds custom children. The runtime hands [`SubagentFactory::configure`] a builder
 /// already set up with what the child inherits (model, options, the parent's tools, the
-/// declared prompt and steps); the factory may add hooks, narrow tools, change the
-/// prompt or options. Afterwards the runtime re-applies the invariants: the parent's
-/// inheritable hooks are put first, and the tools are bounded by the declaration's
-/// allowlist, `tools.json` and the parent's tools — a factory can narrow, never widen.
+/// declared prompt and steps, the parent's limits); the factory may add hooks, narrow
+/// tools, lower limits, change the prompt, model or options. Afterwards the runtime
+/// re-applies the invariants: the parent's inheritable hooks are put first, and the
+/// tools are bounded by the declaration's allowlist, `tools.json` and the parent's tools
+/// — a factory can narrow, never widen.
+///
+/// Widening fails the spawn with [`BuildErrorKind::Widening`] (the parent model gets
+/// an error result naming the tool or limit; nothing is clamped silently):
+/// - a tool under a name the parent can call must be the very instance the parent holds
+///   (`Arc` identity) — a factory cannot swap in another tool under a permitted name;
+/// - `max_depth`, `max_iters` (the declared steps), `max_gotos`, `tool_timeout` and
+///   `hook_timeout` may only be lowered (dropping the parent's hook timeout raises it).
+///
+/// A hook-tool filter the factory sets is combined with the parent's (a hook tool must
+/// pass both), and `record_content` can only be turned off.
 pub trait SubagentFactory: Send + Sync + 'static {
     /// The declaration: id, description (shown to the parent model), allowlist.
     fn declaration(&self) -> &SubagentDeclaration;

@@ -54,6 +54,11 @@ pub enum SpecErrorKind {
     /// A `${VAR}` in a `tools.json` string names an environment variable that is not set
     /// (or not valid Unicode); the message names the variable.
     MissingEnvVar,
+    /// A path that must exist does not: a workspace directory given to
+    /// [`AgentBuilder::workspace`](crate::AgentBuilder::workspace), or the target of a
+    /// `tools.json` that is a symbolic link (a dangling link, e.g. a Kubernetes ConfigMap
+    /// whose target is missing).
+    Missing,
 }
 
 /// A strict-validation failure in a workspace file.
@@ -95,6 +100,11 @@ impl SpecError {
             None,
             format!("cannot read: {err}"),
         )
+    }
+
+    /// A [`SpecErrorKind::Missing`] error about `file`.
+    pub(crate) fn missing(file: &Path, message: impl Into<String>) -> Self {
+        Self::new(SpecErrorKind::Missing, file, None, None, message)
     }
 
     /// The category of the failure.
@@ -261,16 +271,33 @@ impl ToolsPolicy {
 
     /// Reads and parses the `tools.json` at `path`.
     ///
-    /// Returns `Ok(None)` only when the file does not exist.
+    /// Returns `Ok(None)` only when the file is genuinely absent: there is no directory
+    /// entry at `path` at all. Anything else that exists must be a readable policy.
     ///
     /// # Errors
-    /// Every other read failure (a directory at that path, permissions, invalid UTF-8, ...) is
-    /// [`SpecErrorKind::Io`] — an unreadable policy never silently means "no policy" — and
-    /// parse failures are as in [`ToolsPolicy::parse`].
+    /// - [`SpecErrorKind::Missing`]: `path` is a symbolic link whose target does not exist
+    ///   (a dangling link, e.g. a mounted ConfigMap whose target is missing).
+    /// - [`SpecErrorKind::Io`]: every other read failure (a directory at that path,
+    ///   permissions, a symlink loop, invalid UTF-8, ...).
+    /// - Parse failures as in [`ToolsPolicy::parse`].
+    ///
+    /// An unreadable policy never silently means "no policy".
     pub fn load(path: &Path) -> Result<Option<ToolsPolicy>, SpecError> {
         match fs::read_to_string(path) {
             Ok(text) => Self::parse(path, &text).map(Some),
-            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                // NotFound also comes from a dangling symlink: only a missing entry is
+                // "no policy".
+                match fs::symlink_metadata(path) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+                    Ok(meta) if meta.file_type().is_symlink() => Err(SpecError::missing(
+                        path,
+                        "is a symbolic link whose target does not exist; a policy that \
+                         cannot be read never means \"no policy\"",
+                    )),
+                    _ => Err(SpecError::io(path, &err)),
+                }
+            }
             Err(err) => Err(SpecError::io(path, &err)),
         }
     }
@@ -613,6 +640,9 @@ pub fn scan_subagents_dir(
 /// same `.md` files it would parse, in the same order. Compare two fingerprints to decide
 /// whether a re-scan is needed.
 ///
+/// It misses an edit that keeps both size and mtime (`cp -p`, `rsync -t`, coarse mtime
+/// granularity); the runtime's own re-scan therefore compares file *contents*, not this.
+///
 /// # Errors
 /// As [`scan_subagents_dir`] (`Ok(vec![])` for a missing directory), plus
 /// [`SpecErrorKind::Io`] if the platform cannot report a file's modification time.
@@ -627,7 +657,9 @@ pub fn dir_fingerprint(dir: &Path) -> Result<Vec<(String, SystemTime, u64)>, Spe
 }
 
 /// The `.md` regular files directly in `dir`, sorted by name; empty if `dir` is missing.
-fn markdown_files(dir: &Path) -> Result<Vec<(String, PathBuf, fs::Metadata)>, SpecError> {
+pub(crate) fn markdown_files(
+    dir: &Path,
+) -> Result<Vec<(String, PathBuf, fs::Metadata)>, SpecError> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),

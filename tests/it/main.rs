@@ -43,6 +43,7 @@ mod providers_support;
 mod providers_transport;
 mod sessions;
 mod streaming;
+mod subagent_hardening;
 mod subagent_properties;
 mod subagents;
 mod support;
