@@ -149,7 +149,10 @@ impl Error {
 
     /// A broken runtime invariant (a rein bug), never blamed on the caller.
     pub(crate) fn internal(what: &str) -> Self {
-        Self::new(ErrorKind::Internal, format!("internal error (a rein bug): {what}"))
+        Self::new(
+            ErrorKind::Internal,
+            format!("internal error (a rein bug): {what}"),
+        )
     }
 
     /// The kind of failure.

@@ -101,9 +101,9 @@ pub mod tool;
 mod util;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions, StreamRelease,
+    Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions,
     FileSessionStore, InMemorySessionStore, RunContext, SessionKey, SessionStore, StopReason,
-    StoreError, StoreErrorKind, StoredSession,
+    StoreError, StoreErrorKind, StoredSession, StreamRelease,
 };
 pub use error::{BuildError, BuildErrorKind, Error, ErrorKind, HookFailureKind};
 pub use hook::{

@@ -497,11 +497,8 @@ impl Call<'_> {
             .run_tool_in_span(p, index, progress, suspend.clone())
             .instrument(span.clone())
             .await;
-        let pending = suspend.and_then(|slot| {
-            slot.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take()
-        });
+        let pending =
+            suspend.and_then(|slot| slot.lock().unwrap_or_else(PoisonError::into_inner).take());
         self.cap_result(&mut result);
         span.record("rein.tool.status", status);
         if self.agent.record_content && !span.is_disabled() {

@@ -488,7 +488,10 @@ impl AgentBuilder {
             ));
         }
         for (value, what) in [
-            (self.limits.max_tool_calls_per_turn, "max_tool_calls_per_turn"),
+            (
+                self.limits.max_tool_calls_per_turn,
+                "max_tool_calls_per_turn",
+            ),
             (self.limits.tool_concurrency, "tool_concurrency"),
             (self.limits.max_tool_result_bytes, "max_tool_result_bytes"),
         ] {

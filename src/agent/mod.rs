@@ -41,10 +41,10 @@
 //! session with atomic replace; [`InMemorySessionStore`] shares sessions inside one
 //! process.
 
+mod acting;
 mod builder;
 mod context;
 mod file_store;
-mod acting;
 mod memory;
 mod run;
 mod store;

@@ -485,10 +485,9 @@ impl Call<'_> {
         let mut results = Vec::new();
         let mut others = Vec::new();
         for mut m in input {
-            let (r, o): (Vec<ContentBlock>, Vec<ContentBlock>) = m
-                .content
-                .into_iter()
-                .partition(|b| matches!(b, ContentBlock::ToolResult(r) if supplied.contains(&r.id)));
+            let (r, o): (Vec<ContentBlock>, Vec<ContentBlock>) = m.content.into_iter().partition(
+                |b| matches!(b, ContentBlock::ToolResult(r) if supplied.contains(&r.id)),
+            );
             results.extend(r);
             if !o.is_empty() {
                 m.content = o;
@@ -873,9 +872,9 @@ fn check_input_exchanges(
         .iter()
         .map(|m| {
             let mut m = m.clone();
-            m.content.retain(|b| {
-                !matches!(b, ContentBlock::ToolResult(r) if pending.contains(r.id.as_str()))
-            });
+            m.content.retain(
+                |b| !matches!(b, ContentBlock::ToolResult(r) if pending.contains(r.id.as_str())),
+            );
             m
         })
         .filter(|m| !m.content.is_empty())

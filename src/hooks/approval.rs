@@ -513,8 +513,10 @@ impl Hook for ApprovalHook {
                     .cloned()
                     .collect();
                 if !pending.is_empty() {
-                    let ids: Vec<Value> =
-                        pending.iter().map(|u| Value::String(u.id.clone())).collect();
+                    let ids: Vec<Value> = pending
+                        .iter()
+                        .map(|u| Value::String(u.id.clone()))
+                        .collect();
                     tracing::info!(target: "rein::approval", pending = ?ids, "stopped for human approval");
                     let agent = e.agent();
                     let calls = Value::Array(

@@ -15,7 +15,8 @@ use super::registry::Registry;
 use super::spec::{SpecError, ToolsPolicy};
 use super::{GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentFactory};
 use crate::agent::{
-    Agent, AgentBuilder, AgentEvent, AgentInfo, RunContext, SessionKey, StopReason,
+    Agent, AgentBuilder, AgentEvent, AgentInfo, CallOutcome, PENDING_CALLS_KEY, SessionKey,
+    StopReason,
 };
 use crate::error::{BuildError, BuildErrorKind};
 use crate::hook::RegisteredHook;
@@ -97,7 +98,18 @@ pub(crate) struct Delegation {
     pub(crate) registry: Arc<Registry>,
     template: Template,
     children: Mutex<HashMap<String, (u64, Agent)>>,
+    /// Ids of delegation calls suspended because their subagent stopped with calls
+    /// waiting for a human: when the parent's session resumes, the same call runs
+    /// again and resumes the subagent instead of sending the task anew. Oldest first;
+    /// bounded by [`MAX_SUSPENDED`].
+    suspended: Mutex<std::collections::VecDeque<String>>,
 }
+
+/// Most suspended delegation calls remembered per delegating agent (a suspension
+/// whose session never resumes is dropped first). A forgotten suspension is safe: the
+/// resumed call then sends the task again, and the subagent's waiting calls are
+/// marked not executed.
+const MAX_SUSPENDED: usize = 4096;
 
 impl Delegation {
     pub(crate) fn new(registry: Arc<Registry>, template: Template) -> Self {
@@ -105,6 +117,34 @@ impl Delegation {
             registry,
             template,
             children: Mutex::new(HashMap::new()),
+            suspended: Mutex::default(),
+        }
+    }
+
+    /// Remembers a suspended delegation call.
+    fn suspend(&self, tool_use_id: &str) {
+        let mut s = self
+            .suspended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if s.len() >= MAX_SUSPENDED {
+            s.pop_front();
+        }
+        s.push_back(tool_use_id.to_owned());
+    }
+
+    /// Whether this delegation call was suspended (forgetting it).
+    fn resumes(&self, tool_use_id: &str) -> bool {
+        let mut s = self
+            .suspended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match s.iter().position(|id| id == tool_use_id) {
+            Some(i) => {
+                s.remove(i);
+                true
+            }
+            None => false,
         }
     }
 
@@ -339,18 +379,19 @@ impl SpawnTool {
         let child = self.delegation.child(&id)?;
         let parent = ctx.run();
         let session = child_session(&id, parent.session_id());
-        let mut child_ctx = RunContext::new().with_session_id(&session);
-        if let Some(user) = parent.user_id() {
-            child_ctx = child_ctx.with_user_id(user);
-        }
+        // The caller's context values (e.g. approval decisions) reach the subagent;
+        // the parent run's own state does not.
+        let child_ctx = parent.child_context(&session);
+        // A call suspended on the subagent's waiting calls resumes the subagent.
+        let input = if self.delegation.resumes(ctx.tool_use_id()) {
+            Vec::new()
+        } else {
+            vec![Msg::user(task)]
+        };
         let path = format!("{}/{id}", self.delegation.template.path);
         let run = async {
             match ctx.events.clone() {
-                None => {
-                    child
-                        .run_internal(vec![Msg::user(task)], child_ctx, None)
-                        .await
-                }
+                None => child.run_internal(input, child_ctx, None).await,
                 Some(parent_tx) => {
                     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
                     let forward = async {
@@ -365,10 +406,8 @@ impl SpawnTool {
                             let _ = parent_tx.send(event);
                         }
                     };
-                    let (result, ()) = tokio::join!(
-                        child.run_internal(vec![Msg::user(task)], child_ctx, Some(tx)),
-                        forward
-                    );
+                    let (result, ()) =
+                        tokio::join!(child.run_internal(input, child_ctx, Some(tx)), forward);
                     result
                 }
             }
@@ -387,6 +426,14 @@ impl SpawnTool {
         };
         match result {
             Ok(outcome) => {
+                if let Some(waiting) = self.waiting_calls(&outcome)
+                    && ctx.suspend(waiting)
+                {
+                    self.delegation.suspend(ctx.tool_use_id());
+                    return Ok(format!(
+                        "status: waiting\nagent_id: {id}\nsession_id: {session}\n\nwaiting for a decision"
+                    ));
+                }
                 let status = match outcome.reason {
                     StopReason::Final => "completed",
                     StopReason::MaxIterations => "max_iterations",
@@ -401,6 +448,40 @@ impl SpawnTool {
                 "status: failed\nagent_id: {id}\nsubagent `{id}` failed: {e}"
             ))),
         }
+    }
+}
+
+impl SpawnTool {
+    /// The calls a subagent stopped on (waiting for a human), with their agent path
+    /// extended by this agent's name; `None` when it did not stop for that.
+    fn waiting_calls(&self, outcome: &CallOutcome) -> Option<Vec<Value>> {
+        if !matches!(
+            outcome.reason,
+            StopReason::ReasoningStopped | StopReason::SubagentStopped
+        ) {
+            return None;
+        }
+        let Some(Value::Array(entries)) = outcome.reply.metadata.get(PENDING_CALLS_KEY) else {
+            return None;
+        };
+        if entries.is_empty() {
+            return None;
+        }
+        let me = &self.delegation.template.info.name;
+        Some(
+            entries
+                .iter()
+                .map(|e| {
+                    let mut e = e.clone();
+                    if let Some(obj) = e.as_object_mut() {
+                        let below = obj.get("agent").and_then(Value::as_str).unwrap_or("");
+                        let path = format!("{me}/{below}");
+                        obj.insert("agent".to_owned(), Value::String(path));
+                    }
+                    e
+                })
+                .collect(),
+        )
     }
 }
 

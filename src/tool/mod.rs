@@ -132,7 +132,9 @@ impl ToolContext {
     pub(crate) fn suspend(&self, pending: Vec<serde_json::Value>) -> bool {
         match &self.suspend {
             Some(slot) => {
-                *slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(pending);
+                *slot
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(pending);
                 true
             }
             None => false,
