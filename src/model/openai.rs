@@ -2,9 +2,9 @@
 
 use std::collections::VecDeque;
 
-use eventsource_stream::Event;
 use serde_json::{Map, Value, json};
 
+use super::sse::Event;
 use super::transport::{
     Decoder, Endpoint, Flow, Transport, body_finish, body_start, endpoint_setters, malformed,
     parse_json, put, str_field, stream_error, u64_field,

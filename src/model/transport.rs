@@ -2,9 +2,31 @@
 //!
 //! Each provider model holds one [`reqwest`] client (rustls, no OpenSSL), shared by its
 //! clones, and applies the [`HttpConfig`]: a connect timeout, a timeout for the response
-//! headers, an idle timeout between streamed events, and a [`RetryPolicy`]. The
-//! server-sent-events framing is parsed by `eventsource-stream`; each provider decodes
-//! the events into [`ModelChunk`]s.
+//! headers, an idle timeout while the stream makes no progress, a total deadline per
+//! model call, size limits on what the server sends, and a [`RetryPolicy`]. The
+//! server-sent-events framing is parsed by a small linear parser of this crate (cost
+//! proportional to the bytes received, memory bounded by the limits below); each
+//! provider decodes the events into [`ModelChunk`]s.
+//!
+//! # Limits
+//! Everything a server sends is bounded, so a hostile or broken server (often a
+//! third-party gateway) cannot make a call hang, spin or grow without end:
+//!
+//! | limit | default | when exceeded |
+//! |---|---|---|
+//! | [`HttpConfig::max_line_bytes`]: one SSE line | 2 MiB | `Stream` error naming the limit, not retried |
+//! | [`HttpConfig::max_event_bytes`]: the data of one SSE event | 4 MiB | `Stream` error naming the limit, not retried |
+//! | error bodies and unexpected (non-event-stream) bodies | 8 KiB read ([`ERROR_BODY_BYTES`]) | the rest is not read; the connection is dropped |
+//! | [`HttpConfig::idle_timeout`]: time without progress | 300 s | `Timeout` |
+//! | [`HttpConfig::total_timeout`]: the whole model call, retries included | 10 min | `Deadline`, not retried |
+//! | [`RetryPolicy::max_retry_after`]: a server-requested wait | 60 s | the server's error (e.g. `RateLimit`), not retried |
+//!
+//! *Progress* is an event that yields a chunk: text, thinking, a tool-call fragment,
+//! usage or a finish reason. SSE comments, Anthropic `ping` events and empty deltas
+//! (an OpenAI chunk with no content, tool call, usage or finish reason) do not reset
+//! the idle timer. Token counts off the wire are added with saturating arithmetic, and
+//! a `Retry-After` of any size (`1e300`, `inf`) is a wait, never a panic (negative and
+//! `NaN` values are ignored).
 //!
 //! # Errors
 //! Every failure is a [`ModelError`] whose [`ModelErrorKind`] says what happened:
@@ -14,13 +36,15 @@
 //! | HTTP 401, 403 | `Authentication` | no |
 //! | HTTP 429 | `RateLimit` | yes |
 //! | HTTP 400, 404, 422, other 4xx | `BadRequest` (with the server's `error.message`) | no |
-//! | HTTP 408, no response headers within `request_timeout`, no event within `idle_timeout` | `Timeout` | yes |
+//! | HTTP 408, no response headers within `request_timeout`, no progress within `idle_timeout` | `Timeout` | yes |
+//! | the call as a whole passed `total_timeout` | `Deadline` | no |
 //! | HTTP 5xx (including Anthropic's 529) | `Server` | yes |
 //! | connection refused / reset / DNS failure | `Other` | yes |
 //! | the connection breaks mid-body, or the body ends before the terminal event (`[DONE]`, `message_stop`) | `Stream` | yes |
 //! | malformed SSE (invalid UTF-8) or a payload that is not JSON | `Stream` (quoting the payload, truncated) | no |
+//! | an SSE line or event over its limit | `Stream` (naming the limit) | no |
 //! | an error event inside the stream | by its type (`overloaded` → `Server`, ...) | `Server`, `RateLimit` |
-//! | a 2xx answer that is not `text/event-stream` | `Stream` (quoting the body) | no |
+//! | a 2xx answer that is not `text/event-stream` | `Stream` (quoting the body's start) | no |
 //!
 //! Error messages name the URL, the status, the server's request id when it sent one,
 //! and the wait the server asked for.
@@ -37,25 +61,33 @@
 //!   minus up to 25% random jitter, unless the server said when to come back
 //!   (`retry-after-ms`, or `Retry-After` in seconds or as an HTTP date): then exactly
 //!   that, or no retry at all when it exceeds [`RetryPolicy::max_retry_after`].
+//! - A retry whose delay would end after the call's total deadline is not attempted:
+//!   the failure is returned at once.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, SystemTime};
 
-use eventsource_stream::{Event, EventStreamError, Eventsource};
-use futures::StreamExt;
-use futures::stream::BoxStream;
 use indexmap::IndexMap;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::{Response, StatusCode};
 use serde_json::{Map, Value};
 
+use tokio::time::Instant;
+
+use super::sse::{Event, SseError, SseParser};
 use super::{GenerateOptions, ModelChunk, ModelError, ModelErrorKind, ModelStream};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::util::truncate;
 
 /// How many bytes of an offending payload an error message quotes.
 pub(crate) const QUOTE_BYTES: usize = 200;
+
+/// How many bytes of an error body (non-2xx) or of an unexpected 2xx body (not an
+/// event stream) are read, for the error message: 8 KiB. The rest is never read; the
+/// connection is dropped.
+pub const ERROR_BODY_BYTES: usize = 8 * 1024;
 
 /// How failed attempts are retried. Plain public fields; start from
 /// [`RetryPolicy::default`] (or [`RetryPolicy::none`]) and override what you need.
@@ -101,7 +133,9 @@ impl RetryPolicy {
             .initial_backoff
             .saturating_mul(2u32.saturating_pow(retry.saturating_sub(1)));
         let base = exp.min(self.max_backoff);
-        base.mul_f64(1.0 - 0.25 * random_unit())
+        // `Duration::mul_f64` panics when the product rounds past `Duration::MAX`.
+        Duration::try_from_secs_f64(base.as_secs_f64() * (1.0 - 0.25 * random_unit()))
+            .map_or(base, |d| d.min(base))
     }
 }
 
@@ -114,11 +148,26 @@ pub struct HttpConfig {
     /// Timeout from sending a request to receiving the response headers, per attempt
     /// (default 120 s). Expiry is a [`ModelErrorKind::Timeout`] and is retried.
     pub request_timeout: Duration,
-    /// The longest wait for the next event of a streamed response (default 300 s:
-    /// reasoning models may think silently for minutes; SSE comments do not count as
-    /// events). Expiry is a [`ModelErrorKind::Timeout`], retried only before the first
-    /// content chunk was delivered.
+    /// The longest time a streamed response may go without progress (default 300 s:
+    /// reasoning models may think silently for minutes). Progress is an event that
+    /// yields text, thinking, a tool-call fragment, usage or a finish reason; SSE
+    /// comments, Anthropic `ping` events and empty deltas do not count. Expiry is a
+    /// [`ModelErrorKind::Timeout`], retried only before the first content chunk was
+    /// delivered.
     pub idle_timeout: Duration,
+    /// The deadline of one model call as a whole, from its first request to its last
+    /// chunk, retries and their delays included (default 10 minutes; `None`: no
+    /// deadline). Expiry is a [`ModelErrorKind::Deadline`] and is not retried. It is
+    /// what ends a stream that keeps sending progress forever.
+    pub total_timeout: Option<Duration>,
+    /// The longest SSE line accepted, in bytes, without its line end (default 2 MiB).
+    /// A longer one ends the call with a [`ModelErrorKind::Stream`] error naming this
+    /// limit (not retried), as soon as the line passes it.
+    pub max_line_bytes: usize,
+    /// The largest SSE event accepted: the bytes of its `data` and `event` values
+    /// together (default 4 MiB). A larger one ends the call with a
+    /// [`ModelErrorKind::Stream`] error naming this limit (not retried).
+    pub max_event_bytes: usize,
     /// Retries; see [`RetryPolicy`].
     pub retry: RetryPolicy,
 }
@@ -129,6 +178,9 @@ impl Default for HttpConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(120),
             idle_timeout: Duration::from_secs(300),
+            total_timeout: Some(Duration::from_secs(600)),
+            max_line_bytes: 2 * 1024 * 1024,
+            max_event_bytes: 4 * 1024 * 1024,
             retry: RetryPolicy::default(),
         }
     }
@@ -342,6 +394,7 @@ impl Transport {
             attempt: 0,
             delivered: false,
             done: false,
+            deadline: None,
         };
         Box::pin(futures::stream::unfold(state, |mut call| async move {
             call.next_item().await.map(|item| (item, call))
@@ -395,8 +448,15 @@ pub(crate) trait Decoder: Clone + Send + 'static {
     }
 }
 
-/// The SSE events of one response.
-type Events = BoxStream<'static, Result<Event, EventStreamError<reqwest::Error>>>;
+/// One response body being read: the parser and the events it completed but the
+/// decoder has not seen yet.
+struct Body {
+    response: Response,
+    parser: SseParser,
+    ready: VecDeque<Event>,
+    /// When the stream last made progress (or its headers arrived).
+    progress: Instant,
+}
 
 /// A failure and whether another attempt may fix it.
 struct Failure {
@@ -430,15 +490,55 @@ struct Call<D> {
     body: Vec<u8>,
     template: D,
     decoder: D,
-    events: Option<Events>,
+    events: Option<Body>,
     pending: VecDeque<ModelChunk>,
     attempt: u32,
     delivered: bool,
     done: bool,
+    /// The call's total deadline, fixed when it is first polled (`Some(None)`: none).
+    deadline: Option<Option<Instant>>,
+}
+
+/// `Some(now + d)`, or `None` when that is beyond what the clock can represent.
+fn after(d: Duration) -> Option<Instant> {
+    Instant::now().checked_add(d)
+}
+
+/// The earlier of `limit` and `deadline`, and whether the deadline is the one that
+/// applies.
+fn cap(limit: Option<Instant>, deadline: Option<Instant>) -> (Option<Instant>, bool) {
+    match (limit, deadline) {
+        (Some(l), Some(d)) if d <= l => (Some(d), true),
+        (None, Some(d)) => (Some(d), true),
+        (l, _) => (l, false),
+    }
+}
+
+/// Runs `f` until `until` (forever when `None`); `None` when the time ran out.
+async fn within<F: Future>(until: Option<Instant>, f: F) -> Option<F::Output> {
+    match until {
+        Some(at) => tokio::time::timeout_at(at, f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
+/// The error for a call that passed its total deadline (never retried).
+fn deadline_failure(transport: &Transport) -> Failure {
+    let total = transport.http.total_timeout.unwrap_or(Duration::MAX);
+    Failure::fatal(ModelError::new(
+        ModelErrorKind::Deadline,
+        format!(
+            "the model call to {} did not finish within its total deadline of {total:?} \
+             (HttpConfig::total_timeout)",
+            transport.url
+        ),
+    ))
 }
 
 impl<D: Decoder> Call<D> {
     async fn next_item(&mut self) -> Option<Result<ModelChunk, ModelError>> {
+        let total = self.transport.http.total_timeout;
+        let deadline = *self.deadline.get_or_insert_with(|| total.and_then(after));
         loop {
             if let Some(chunk) = self.pending.pop_front() {
                 // Usage and finish reasons are bookkeeping, not part of the answer: a
@@ -452,14 +552,14 @@ impl<D: Decoder> Call<D> {
                 return None;
             }
             let step = match self.events.as_mut() {
-                None => self.open().await.map(|events| {
+                None => self.open(deadline).await.map(|events| {
                     self.events = Some(events);
                 }),
-                Some(_) => self.read().await,
+                Some(_) => self.read(deadline).await,
             };
             if let Err(failure) = step {
                 self.events = None;
-                if let Some(wait) = self.retry_delay(&failure) {
+                if let Some(wait) = self.retry_delay(&failure, deadline) {
                     tracing::warn!(
                         url = self.transport.url(),
                         attempt = self.attempt,
@@ -477,21 +577,27 @@ impl<D: Decoder> Call<D> {
         }
     }
 
-    /// How long to wait before retrying `failure`, or `None` to give up.
-    fn retry_delay(&self, failure: &Failure) -> Option<Duration> {
+    /// How long to wait before retrying `failure`, or `None` to give up (also when the
+    /// retry could not start before `deadline`).
+    fn retry_delay(&self, failure: &Failure, deadline: Option<Instant>) -> Option<Duration> {
         let policy = &self.transport.http.retry;
         if !failure.retryable || self.delivered || self.attempt >= policy.max_attempts.max(1) {
             return None;
         }
-        match failure.retry_after {
-            Some(wait) if wait > policy.max_retry_after => None,
-            Some(wait) => Some(wait),
-            None => Some(policy.backoff(self.attempt)),
+        let wait = match failure.retry_after {
+            Some(wait) if wait > policy.max_retry_after => return None,
+            Some(wait) => wait,
+            None => policy.backoff(self.attempt),
+        };
+        match (deadline, after(wait)) {
+            (Some(d), Some(at)) if at < d => Some(wait),
+            (Some(_), _) => None,
+            (None, _) => Some(wait),
         }
     }
 
     /// Sends the request (one attempt) and checks the response status.
-    async fn open(&mut self) -> Result<Events, Failure> {
+    async fn open(&mut self, deadline: Option<Instant>) -> Result<Body, Failure> {
         self.attempt += 1;
         let t = &self.transport;
         let send = t
@@ -502,8 +608,10 @@ impl<D: Decoder> Call<D> {
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .body(self.body.clone())
             .send();
-        let response = match tokio::time::timeout(t.http.request_timeout, send).await {
-            Err(_) => {
+        let (until, by_deadline) = cap(after(t.http.request_timeout), deadline);
+        let response = match within(until, send).await {
+            None if by_deadline => return Err(deadline_failure(t)),
+            None => {
                 return Err(Failure::retryable(ModelError::new(
                     ModelErrorKind::Timeout,
                     format!(
@@ -512,12 +620,13 @@ impl<D: Decoder> Call<D> {
                     ),
                 )));
             }
-            Ok(Err(e)) => return Err(send_failure(&t.url, &e)),
-            Ok(Ok(r)) => r,
+            Some(Err(e)) => return Err(send_failure(&t.url, &e)),
+            Some(Ok(r)) => r,
         };
+        let (body_until, _) = cap(after(t.http.idle_timeout), deadline);
         let status = response.status();
         if !status.is_success() {
-            return Err(status_failure(t, response).await);
+            return Err(status_failure(t, response, body_until).await);
         }
         let content_type = response
             .headers()
@@ -526,7 +635,7 @@ impl<D: Decoder> Call<D> {
             .unwrap_or("")
             .to_owned();
         if !content_type.is_empty() && !content_type.starts_with("text/event-stream") {
-            let body = read_body(t, response).await;
+            let body = read_prefix(response, body_until).await;
             return Err(Failure::fatal(ModelError::new(
                 ModelErrorKind::Stream,
                 format!(
@@ -536,65 +645,107 @@ impl<D: Decoder> Call<D> {
                 ),
             )));
         }
-        Ok(response.bytes_stream().eventsource().boxed())
+        Ok(Body {
+            response,
+            parser: SseParser::new(t.http.max_line_bytes, t.http.max_event_bytes),
+            ready: VecDeque::new(),
+            progress: Instant::now(),
+        })
     }
 
-    /// Reads the next SSE event (within the idle timeout) and decodes it.
-    async fn read(&mut self) -> Result<(), Failure> {
-        let idle = self.transport.http.idle_timeout;
-        let Some(events) = self.events.as_mut() else {
-            return Ok(());
-        };
-        let next = match tokio::time::timeout(idle, events.next()).await {
-            Err(_) => {
-                return Err(Failure::retryable(ModelError::new(
-                    ModelErrorKind::Timeout,
-                    format!("the stream was silent for {idle:?}"),
-                )));
+    /// Decodes the next SSE event, reading more of the body (until the idle timeout or
+    /// the deadline) when no complete event is buffered.
+    async fn read(&mut self, deadline: Option<Instant>) -> Result<(), Failure> {
+        let t = &self.transport;
+        let idle = t.http.idle_timeout;
+        loop {
+            let Some(body) = self.events.as_mut() else {
+                return Ok(());
+            };
+            if let Some(event) = body.ready.pop_front() {
+                let before = self.pending.len();
+                return match self.decoder.decode(&event, &mut self.pending) {
+                    Ok(Flow::More) => {
+                        if self.pending.len() > before {
+                            body.progress = Instant::now();
+                        }
+                        Ok(())
+                    }
+                    Ok(Flow::Done) => {
+                        self.events = None;
+                        self.done = true;
+                        Ok(())
+                    }
+                    Err(error) => {
+                        let retryable = matches!(
+                            error.kind(),
+                            ModelErrorKind::Server | ModelErrorKind::RateLimit
+                        );
+                        Err(Failure {
+                            error,
+                            retryable,
+                            retry_after: None,
+                        })
+                    }
+                };
             }
-            Ok(next) => next,
-        };
-        match next {
-            None => {
-                self.events = None;
-                if self.decoder.complete_without_terminal() {
-                    self.done = true;
-                    return Ok(());
+            let (until, by_deadline) = cap(body.progress.checked_add(idle), deadline);
+            match within(until, body.response.chunk()).await {
+                None if by_deadline => return Err(deadline_failure(t)),
+                None => {
+                    return Err(Failure::retryable(ModelError::new(
+                        ModelErrorKind::Timeout,
+                        format!(
+                            "the stream made no progress for {idle:?} (HttpConfig::idle_timeout; \
+                             pings, comments and empty deltas do not count)"
+                        ),
+                    )));
                 }
-                Err(Failure::retryable(ModelError::new(
-                    ModelErrorKind::Stream,
-                    "the stream ended before its terminal event",
-                )))
-            }
-            Some(Err(e)) => Err(event_failure(e)),
-            Some(Ok(event)) => match self.decoder.decode(&event, &mut self.pending) {
-                Ok(Flow::More) => Ok(()),
-                Ok(Flow::Done) => {
+                Some(Err(e)) => {
+                    return Err(Failure::retryable(ModelError::new(
+                        ModelErrorKind::Stream,
+                        format!("the connection failed mid-stream: {}", chain(&e)),
+                    )));
+                }
+                Some(Ok(Some(bytes))) => body
+                    .parser
+                    .feed(&bytes, &mut body.ready)
+                    .map_err(|e| sse_failure(t, &e))?,
+                Some(Ok(None)) => {
                     self.events = None;
-                    self.done = true;
-                    Ok(())
+                    if self.decoder.complete_without_terminal() {
+                        self.done = true;
+                        return Ok(());
+                    }
+                    return Err(Failure::retryable(ModelError::new(
+                        ModelErrorKind::Stream,
+                        "the stream ended before its terminal event",
+                    )));
                 }
-                Err(error) => {
-                    let retryable = matches!(
-                        error.kind(),
-                        ModelErrorKind::Server | ModelErrorKind::RateLimit
-                    );
-                    Err(Failure {
-                        error,
-                        retryable,
-                        retry_after: None,
-                    })
-                }
-            },
+            }
         }
     }
 }
 
+/// The error for a body that is not acceptable SSE (never retried: the server would
+/// send the same again).
+fn sse_failure(transport: &Transport, e: &SseError) -> Failure {
+    let message = match e {
+        SseError::Utf8(_) => e.to_string(),
+        _ => format!("{} sent {e}", transport.url),
+    };
+    Failure::fatal(ModelError::new(ModelErrorKind::Stream, message))
+}
+
 /// A typed failure for a non-success response, with the server's message.
-async fn status_failure(transport: &Transport, response: Response) -> Failure {
+async fn status_failure(
+    transport: &Transport,
+    response: Response,
+    until: Option<Instant>,
+) -> Failure {
     let status = response.status();
     let headers = response.headers().clone();
-    let body = read_body(transport, response).await;
+    let body = read_prefix(response, until).await;
     let detail = error_message(&body).unwrap_or_else(|| truncate(body.trim(), QUOTE_BYTES));
     let request_id = ["x-request-id", "request-id"]
         .iter()
@@ -602,9 +753,16 @@ async fn status_failure(transport: &Transport, response: Response) -> Failure {
         .map(|id| format!(" (request id {id})"))
         .unwrap_or_default();
     let retry_after = retry_after(&headers, SystemTime::now());
-    let wait = retry_after
-        .map(|d| format!("; the server asked to retry after {d:?}"))
-        .unwrap_or_default();
+    let max = transport.http.retry.max_retry_after;
+    let wait = match retry_after {
+        Some(d) if d > max => format!(
+            "; the server asked to retry after {}, longer than max_retry_after ({max:?}): \
+             not retried",
+            show_wait(d)
+        ),
+        Some(d) => format!("; the server asked to retry after {d:?}"),
+        None => String::new(),
+    };
     let kind = status_kind(status);
     let error = ModelError::new(
         kind,
@@ -623,14 +781,34 @@ async fn status_failure(transport: &Transport, response: Response) -> Failure {
     }
 }
 
-/// The body of an error response, as text (within the idle timeout; empty when it
-/// cannot be read).
-async fn read_body(transport: &Transport, response: Response) -> String {
-    let idle = transport.http.idle_timeout;
-    match tokio::time::timeout(idle, response.bytes()).await {
-        Ok(Ok(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
-        _ => String::new(),
+/// A wait for a message: `Duration::MAX` (what `inf` and huge values saturate to) reads
+/// as unbounded.
+fn show_wait(d: Duration) -> String {
+    if d == Duration::MAX {
+        "an unbounded time".to_owned()
+    } else {
+        format!("{d:?}")
     }
+}
+
+/// At most [`ERROR_BODY_BYTES`] of a body, as text (lossy), read until `until`; the
+/// response, and with it the connection, is dropped after that. Empty when nothing
+/// could be read.
+async fn read_prefix(mut response: Response, until: Option<Instant>) -> String {
+    let mut out: Vec<u8> = Vec::new();
+    let read = async {
+        while out.len() < ERROR_BODY_BYTES {
+            match response.chunk().await {
+                Ok(Some(bytes)) => {
+                    let take = bytes.len().min(ERROR_BODY_BYTES - out.len());
+                    out.extend_from_slice(&bytes[..take]);
+                }
+                _ => break,
+            }
+        }
+    };
+    let _ = within(until, read).await;
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The error kind of an HTTP status.
@@ -675,31 +853,6 @@ fn send_failure(url: &reqwest::Url, e: &reqwest::Error) -> Failure {
         kind,
         format!("the request to {url} {what}: {}", chain(e)),
     ))
-}
-
-/// The error for a failed SSE read: a broken connection (retryable before delivery),
-/// or a payload that is not valid SSE text (named, truncated).
-fn event_failure(e: EventStreamError<reqwest::Error>) -> Failure {
-    match e {
-        EventStreamError::Transport(e) => Failure::retryable(ModelError::new(
-            ModelErrorKind::Stream,
-            format!("the connection failed mid-stream: {}", chain(&e)),
-        )),
-        EventStreamError::Utf8(e) => Failure::fatal(ModelError::new(
-            ModelErrorKind::Stream,
-            format!(
-                "malformed event stream: invalid UTF-8 in `{}`",
-                truncate(&String::from_utf8_lossy(e.as_bytes()), QUOTE_BYTES)
-            ),
-        )),
-        EventStreamError::Parser(e) => Failure::fatal(ModelError::new(
-            ModelErrorKind::Stream,
-            format!(
-                "malformed event stream line `{}`",
-                truncate(&e.input, QUOTE_BYTES)
-            ),
-        )),
-    }
 }
 
 /// The error for an error object a provider sent inside the stream (`error.type` or
@@ -778,9 +931,18 @@ pub(crate) fn put(body: &mut Map<String, Value>, key: &str, value: Option<impl I
     }
 }
 
-/// A non-negative integer field of a JSON object (0 when absent or not a number).
+/// A non-negative integer field of a JSON object: 0 when absent, negative or not a
+/// number; a fractional or out-of-range number saturates (`1e30` reads as `u64::MAX`).
+/// Sums of these values must saturate too (`saturating_add`): a server may send
+/// `u64::MAX`.
 pub(crate) fn u64_field(v: &Value, key: &str) -> u64 {
-    v.get(key).and_then(Value::as_u64).unwrap_or(0)
+    match v.get(key) {
+        Some(Value::Number(n)) => n.as_u64().unwrap_or_else(|| {
+            // `as` saturates: huge values become `u64::MAX`, negative ones 0.
+            n.as_f64().map_or(0, |f| f as u64)
+        }),
+        _ => 0,
+    }
 }
 
 /// A string field of a JSON object, when present and non-empty.
@@ -804,7 +966,9 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// The server-requested wait: `retry-after-ms`, else `Retry-After` as seconds or as
-/// an HTTP date (relative to `now`).
+/// an HTTP date (relative to `now`). Values of any size are accepted: huge and infinite
+/// ones saturate to `Duration::MAX` (longer than any `max_retry_after`); negative and
+/// `NaN` ones are ignored.
 fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let get = |name: &str| {
         headers
@@ -812,18 +976,31 @@ fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
     };
-    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
-        && ms.is_finite()
-        && ms >= 0.0
+    if let Some(wait) = get("retry-after-ms")
+        .and_then(|v| v.parse::<f64>().ok())
+        .and_then(|ms| seconds(ms / 1000.0))
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Some(wait);
     }
     let value = get(RETRY_AFTER.as_str())?;
     if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return seconds(secs);
     }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// A number of seconds off the wire as a wait, never panicking (unlike
+/// `Duration::from_secs_f64`): `None` for `NaN` and negative values, `Duration::MAX`
+/// for values too large to represent (`1e300`, `inf`).
+fn seconds(secs: f64) -> Option<Duration> {
+    if secs.is_nan() || secs < 0.0 {
+        return None;
+    }
+    if secs == 0.0 {
+        return Some(Duration::ZERO);
+    }
+    Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
 }
 
 /// A uniformly distributed number in `[0, 1)`, from the standard library's randomly
@@ -882,6 +1059,54 @@ mod tests {
         let h = headers(&[("retry-after", "soon")]);
         assert_eq!(retry_after(&h, now), None);
         assert_eq!(retry_after(&HeaderMap::new(), now), None);
+    }
+
+    #[test]
+    fn retry_after_of_any_size_saturates_and_never_panics() {
+        let now = SystemTime::UNIX_EPOCH;
+        for (name, value, want) in [
+            ("retry-after", "1e30", Some(Duration::MAX)),
+            ("retry-after", "inf", Some(Duration::MAX)),
+            ("retry-after", "1.8446744073709552e19", Some(Duration::MAX)),
+            ("retry-after-ms", "1e300", Some(Duration::MAX)),
+            ("retry-after", "-5", None),
+            ("retry-after", "-0", Some(Duration::ZERO)),
+            ("retry-after", "NaN", None),
+            ("retry-after-ms", "-1", None),
+            ("retry-after", "0.5", Some(Duration::from_millis(500))),
+        ] {
+            assert_eq!(
+                retry_after(&headers(&[(name, value)]), now),
+                want,
+                "{name}: {value}"
+            );
+        }
+        // An unusable `retry-after-ms` falls back to `Retry-After`.
+        let h = headers(&[("retry-after-ms", "NaN"), ("retry-after", "2")]);
+        assert_eq!(retry_after(&h, now), Some(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn backoff_never_panics_at_the_largest_durations() {
+        let p = RetryPolicy {
+            initial_backoff: Duration::MAX,
+            max_backoff: Duration::MAX,
+            ..RetryPolicy::default()
+        };
+        for retry in [1, 2, 64, u32::MAX] {
+            assert!(p.backoff(retry) <= Duration::MAX);
+        }
+    }
+
+    #[test]
+    fn token_fields_off_the_wire_saturate() {
+        let v = serde_json::json!({"a": u64::MAX, "b": 1e30, "c": -3, "d": "7", "e": 2.5});
+        assert_eq!(u64_field(&v, "a"), u64::MAX);
+        assert_eq!(u64_field(&v, "b"), u64::MAX);
+        assert_eq!(u64_field(&v, "c"), 0);
+        assert_eq!(u64_field(&v, "d"), 0);
+        assert_eq!(u64_field(&v, "e"), 2);
+        assert_eq!(u64_field(&v, "missing"), 0);
     }
 
     #[test]

@@ -254,6 +254,7 @@ pub fn fast_http(attempts: u32) -> HttpConfig {
             max_backoff: Duration::from_millis(4),
             max_retry_after: Duration::from_secs(60),
         },
+        ..HttpConfig::default()
     }
 }
 
