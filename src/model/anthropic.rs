@@ -363,7 +363,7 @@ fn input_tokens(usage: &Value) -> u64 {
 
 /// Decodes Messages API stream events.
 #[derive(Clone, Debug, Default)]
-struct AnthropicDecoder {
+pub(crate) struct AnthropicDecoder {
     /// Input tokens from `message_start`.
     input_tokens: u64,
 }

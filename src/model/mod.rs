@@ -25,6 +25,9 @@ mod openai;
 mod scripted;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod sse;
+#[cfg(all(feature = "openai", feature = "anthropic"))]
+#[doc(hidden)]
+pub mod sse_probe;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod transport;
 

@@ -285,7 +285,7 @@ fn arguments_text(input: &Value) -> String {
 
 /// Decodes `chat.completion.chunk` events.
 #[derive(Clone, Debug, Default)]
-struct OpenAiDecoder {
+pub(crate) struct OpenAiDecoder {
     /// A finish reason was seen.
     finished: bool,
     /// Call ids seen in fragments without an `index`, in order (their index).

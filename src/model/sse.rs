@@ -59,9 +59,16 @@ impl std::fmt::Display for SseError {
     }
 }
 
-/// The incremental parser of one response body.
+/// The incremental parser of one response body: bytes go in with
+/// [`push`](Self::push), events come out of [`next_event`](Self::next_event). An error
+/// is reported after the events completed before it, so the outcome does not depend on
+/// how the body was split into reads.
 #[derive(Clone, Debug)]
 pub(crate) struct SseParser {
+    /// Events completed and not yet taken.
+    ready: VecDeque<Event>,
+    /// The error that stopped parsing, reported once `ready` is drained.
+    failed: Option<SseError>,
     /// The unfinished line (without its end).
     line: Vec<u8>,
     /// The previous line ended with CR: an LF that follows belongs to it.
@@ -81,6 +88,8 @@ impl SseParser {
     /// A parser for a fresh body with these limits (bytes).
     pub(crate) fn new(max_line: usize, max_event: usize) -> Self {
         Self {
+            ready: VecDeque::new(),
+            failed: None,
             line: Vec::new(),
             skip_lf: false,
             started: false,
@@ -92,13 +101,29 @@ impl SseParser {
         }
     }
 
-    /// Parses the next bytes of the body, pushing every event they complete onto `out`.
-    /// After an error the parser must not be fed again.
-    pub(crate) fn feed(
-        &mut self,
-        mut bytes: &[u8],
-        out: &mut VecDeque<Event>,
-    ) -> Result<(), SseError> {
+    /// Parses the next bytes of the body. Ignored after an error.
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
+        if self.failed.is_some() {
+            return;
+        }
+        let mut ready = std::mem::take(&mut self.ready);
+        if let Err(e) = self.feed(bytes, &mut ready) {
+            self.failed = Some(e);
+        }
+        self.ready = ready;
+    }
+
+    /// The next complete event; then the error that stopped parsing, if any; `None`
+    /// when more bytes are needed.
+    pub(crate) fn next_event(&mut self) -> Option<Result<Event, SseError>> {
+        match self.ready.pop_front() {
+            Some(event) => Some(Ok(event)),
+            None => self.failed.clone().map(Err),
+        }
+    }
+
+    /// Parses `bytes`, pushing every event they complete onto `out`.
+    fn feed(&mut self, mut bytes: &[u8], out: &mut VecDeque<Event>) -> Result<(), SseError> {
         while let Some(&first) = bytes.first() {
             if std::mem::take(&mut self.skip_lf) && first == b'\n' {
                 bytes = &bytes[1..];
@@ -192,11 +217,14 @@ mod tests {
 
     fn parse(pieces: &[&[u8]], max: usize) -> Result<Vec<Event>, SseError> {
         let mut p = SseParser::new(max, max);
-        let mut out = VecDeque::new();
+        let mut out = Vec::new();
         for piece in pieces {
-            p.feed(piece, &mut out)?;
+            p.push(piece);
+            while let Some(event) = p.next_event() {
+                out.push(event?);
+            }
         }
-        Ok(out.into_iter().collect())
+        Ok(out)
     }
 
     fn ev(event: &str, data: &str) -> Event {
@@ -232,11 +260,13 @@ mod tests {
             Err(SseError::LineTooLong { limit: 64 })
         );
         let mut p = SseParser::new(64, 10);
-        let mut out = VecDeque::new();
-        assert_eq!(
-            p.feed(b"data: 123456\ndata: 12345\n", &mut out),
-            Err(SseError::EventTooLarge { limit: 10 })
-        );
+        p.push(b"data: 1\n\ndata: 123456\ndata: 12345\n");
+        // The event before the error first, then the error, for good.
+        assert_eq!(p.next_event(), Some(Ok(ev("message", "1"))));
+        let too_large = Some(Err(SseError::EventTooLarge { limit: 10 }));
+        assert_eq!(p.next_event(), too_large);
+        p.push(b"\ndata: more\n\n");
+        assert_eq!(p.next_event(), too_large);
         assert!(
             SseError::LineTooLong { limit: 64 }
                 .to_string()

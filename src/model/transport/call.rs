@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{Decoder, ERROR_BODY_BYTES, Flow, QUOTE_BYTES, Transport, chain};
-use crate::model::sse::{Event, SseError, SseParser};
+use crate::model::sse::{SseError, SseParser};
 use crate::model::{ModelChunk, ModelError, ModelErrorKind, ModelStream};
 use crate::util::truncate;
 
@@ -41,12 +41,11 @@ pub(super) fn start<D: Decoder>(
     }))
 }
 
-/// One response body being read: the parser and the events it completed but the
-/// decoder has not seen yet.
+/// One response body being read, with its parser (which holds the events completed but
+/// not yet decoded).
 struct Body {
     response: Response,
     parser: SseParser,
-    ready: VecDeque<Event>,
     /// When the stream last made progress (or its headers arrived).
     progress: Instant,
 }
@@ -241,7 +240,6 @@ impl<D: Decoder> Call<D> {
         Ok(Body {
             response,
             parser: SseParser::new(t.http.max_line_bytes, t.http.max_event_bytes),
-            ready: VecDeque::new(),
             progress: Instant::now(),
         })
     }
@@ -255,7 +253,8 @@ impl<D: Decoder> Call<D> {
             let Some(body) = self.events.as_mut() else {
                 return Ok(());
             };
-            if let Some(event) = body.ready.pop_front() {
+            if let Some(event) = body.parser.next_event() {
+                let event = event.map_err(|e| sse_failure(t, &e))?;
                 let before = self.pending.len();
                 return match self.decoder.decode(&event, &mut self.pending) {
                     Ok(Flow::More) => {
@@ -300,10 +299,7 @@ impl<D: Decoder> Call<D> {
                         format!("the connection failed mid-stream: {}", chain(&e)),
                     )));
                 }
-                Some(Ok(Some(bytes))) => body
-                    .parser
-                    .feed(&bytes, &mut body.ready)
-                    .map_err(|e| sse_failure(t, &e))?,
+                Some(Ok(Some(bytes))) => body.parser.push(&bytes),
                 Some(Ok(None)) => {
                     self.events = None;
                     if self.decoder.complete_without_terminal() {
