@@ -321,7 +321,7 @@ impl<D: Decoder> Call<D> {
 fn sse_failure(transport: &Transport, e: &SseError) -> Failure {
     let message = match e {
         SseError::Utf8(_) => e.to_string(),
-        _ => format!("{} sent {e}", transport.url),
+        _ => format!("{}: {e}", transport.url),
     };
     Failure::fatal(ModelError::new(ModelErrorKind::Stream, message))
 }
