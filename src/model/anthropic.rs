@@ -71,7 +71,9 @@ const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// `thinking_delta` and `signature_delta`, `tool_use` blocks with their
 /// `input_json_delta` fragments (the block index is the tool call's index),
 /// `message_delta` (stop reason, output tokens), until `message_stop`; `ping` and
-/// unknown event types are ignored. A body that ends before `message_stop` is a
+/// unknown event types are ignored (and do not count as progress for
+/// [`HttpConfig::idle_timeout`](crate::model::HttpConfig::idle_timeout)). Token counts
+/// are summed with saturation. A body that ends before `message_stop` is a
 /// [`ModelErrorKind::Stream`] error.
 ///
 /// # Errors

@@ -60,7 +60,10 @@ const DEFAULT_MODEL: &str = "gpt-4o-mini";
 /// fragments by their `index`, usage (`prompt_tokens`/`completion_tokens`), the finish
 /// reason, until `data: [DONE]`. A body that ends after a finish reason but without
 /// `[DONE]` is accepted (some compatible servers omit it); one that ends earlier is a
-/// [`ModelErrorKind::Stream`](crate::ModelErrorKind::Stream) error.
+/// [`ModelErrorKind::Stream`](crate::ModelErrorKind::Stream) error. A chunk with no
+/// content, tool call, usage or finish reason (an empty delta) yields nothing and does
+/// not count as progress for
+/// [`HttpConfig::idle_timeout`](crate::model::HttpConfig::idle_timeout).
 ///
 /// # Errors
 /// See [`transport`](crate::model::transport) for timeouts, retries and the typed

@@ -23,7 +23,7 @@ mod hooks_latency;
 mod hooks_masking;
 mod hooks_self_correction;
 mod hooks_tool_guard;
-#[cfg(any(feature = "openai", feature = "anthropic"))]
+#[cfg(all(feature = "openai", feature = "anthropic"))]
 mod hostile_providers;
 mod load;
 mod loop_control;
