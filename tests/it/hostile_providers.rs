@@ -167,6 +167,35 @@ fn no_progress(wire: &dyn Wire) -> Vec<String> {
     }
 }
 
+/// The turn's opening events, then `then`.
+fn opening_then(wire: &dyn Wire, then: Step) -> Vec<Step> {
+    let mut steps: Vec<Step> = opening(wire)
+        .into_iter()
+        .map(|e| Step::Send(e.into_bytes()))
+        .collect();
+    steps.push(then);
+    steps
+}
+
+/// Runs one call that must fail: its chunks, the error, and how long it took.
+async fn timed_failure(model: &dyn Model) -> (Vec<ModelChunk>, ModelError, Duration) {
+    let start = Instant::now();
+    let (chunks, err) = collect(model, ask("hi")).await;
+    (chunks, err.expect("the call fails"), start.elapsed())
+}
+
+/// A server answering 429 with this wait header.
+async fn rate_limited(header: &str, value: &str) -> Hostile {
+    let body = br#"{"error": {"message": "slow down"}}"#.to_vec();
+    Hostile::start(
+        429,
+        "application/json",
+        &[(header, value)],
+        vec![Step::Send(body)],
+    )
+    .await
+}
+
 // ---- item 1: token usage overflow ----
 
 /// The agent's usage as `PostCall` saw it, after a two-turn tool conversation whose
@@ -282,18 +311,9 @@ async fn a_huge_or_infinite_retry_after_is_a_rate_limit_error_without_retry_neve
             ("retry-after", "inf"),
             ("retry-after", "18446744073709551616"),
         ] {
-            let server = Hostile::start(
-                429,
-                "application/json",
-                &[(header, value)],
-                vec![Step::Send(
-                    br#"{"error": {"message": "slow down"}}"#.to_vec(),
-                )],
-            )
-            .await;
+            let server = rate_limited(header, value).await;
             let model = server.model(&*wire, fast_http(3)).await;
-            let (_, err) = collect(&*model, ask("hi")).await;
-            let err = err.unwrap();
+            let (_, err, _) = timed_failure(&*model).await;
             let what = format!("{} {header}: {value}", wire.name());
             assert_eq!(err.kind(), ModelErrorKind::RateLimit, "{what}: {err}");
             assert!(err.message().contains("max_retry_after"), "{what}: {err}");
@@ -306,18 +326,10 @@ async fn a_huge_or_infinite_retry_after_is_a_rate_limit_error_without_retry_neve
 async fn a_negative_or_nan_retry_after_is_ignored_and_the_backoff_applies() {
     for wire in wires() {
         for value in ["-1", "NaN", "-inf"] {
-            let server = Hostile::start(
-                429,
-                "application/json",
-                &[("retry-after", value)],
-                vec![Step::Send(
-                    br#"{"error": {"message": "slow down"}}"#.to_vec(),
-                )],
-            )
-            .await;
+            let server = rate_limited("retry-after", value).await;
             let model = server.model(&*wire, fast_http(3)).await;
-            let (_, err) = collect(&*model, ask("hi")).await;
-            assert_eq!(err.unwrap().kind(), ModelErrorKind::RateLimit);
+            let (_, err, _) = timed_failure(&*model).await;
+            assert_eq!(err.kind(), ModelErrorKind::RateLimit);
             assert_eq!(server.requests(), 3, "{} {value}: retried", wire.name());
         }
     }
@@ -346,10 +358,7 @@ async fn an_sse_line_over_the_limit_fails_fast_with_a_typed_error() {
             ..fast_http(3)
         };
         let model = server.model(&*wire, http).await;
-        let start = Instant::now();
-        let (chunks, err) = collect(&*model, ask("hi")).await;
-        let elapsed = start.elapsed();
-        let err = err.unwrap();
+        let (chunks, err, elapsed) = timed_failure(&*model).await;
         let name = wire.name();
         assert_eq!(err.kind(), ModelErrorKind::Stream, "{name}: {err}");
         assert!(err.message().contains("max_line_bytes"), "{name}: {err}");
@@ -412,48 +421,48 @@ async fn the_line_and_event_limits_are_configurable_and_named_in_the_error() {
 const HUGE: usize = 300 * MIB;
 const RSS_GROWTH: usize = 64 * MIB;
 
+/// For each wire: the error of a call whose every answer is `status` with a 300 MB
+/// body, and how many requests it made; fails when the peak RSS grew by 64 MB or more.
+#[cfg(target_os = "linux")]
+async fn huge_body_failures(status: u16) -> Vec<(ModelError, usize)> {
+    let mut out = Vec::new();
+    for wire in wires() {
+        let server =
+            Hostile::start(status, "application/json", &[], vec![Step::Filler(HUGE)]).await;
+        let model = server.model(&*wire, fast_http(3)).await;
+        let before = peak_rss();
+        let (_, err, _) = timed_failure(&*model).await;
+        let grown = peak_rss().saturating_sub(before);
+        let name = wire.name();
+        assert!(grown < RSS_GROWTH, "{name}: peak RSS grew {grown} bytes");
+        assert!(
+            err.message().len() < 1000,
+            "{name}: the body is quoted truncated"
+        );
+        out.push((err, server.requests()));
+    }
+    out
+}
+
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn a_300_mb_json_answer_is_read_only_a_few_kib_far_and_is_a_typed_error() {
-    for wire in wires() {
-        let server = Hostile::start(200, "application/json", &[], vec![Step::Filler(HUGE)]).await;
-        let model = server.model(&*wire, fast_http(3)).await;
-        let before = peak_rss();
-        let (_, err) = collect(&*model, ask("hi")).await;
-        let grown = peak_rss().saturating_sub(before);
-        let err = err.unwrap();
+    for (err, requests) in huge_body_failures(200).await {
         assert_eq!(err.kind(), ModelErrorKind::Stream, "{err}");
         assert!(
             err.message().contains("instead of an event stream"),
             "{err}"
         );
-        assert!(err.message().len() < 1000, "the body is quoted truncated");
-        assert!(
-            grown < RSS_GROWTH,
-            "{}: peak RSS grew {grown} bytes",
-            wire.name()
-        );
+        assert_eq!(requests, 1);
     }
 }
 
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn a_300_mb_error_body_retried_three_times_keeps_memory_small() {
-    for wire in wires() {
-        let server = Hostile::start(500, "application/json", &[], vec![Step::Filler(HUGE)]).await;
-        let model = server.model(&*wire, fast_http(3)).await;
-        let before = peak_rss();
-        let (_, err) = collect(&*model, ask("hi")).await;
-        let grown = peak_rss().saturating_sub(before);
-        let err = err.unwrap();
+    for (err, requests) in huge_body_failures(500).await {
         assert_eq!(err.kind(), ModelErrorKind::Server, "{err}");
-        assert!(err.message().len() < 1000, "the body is quoted truncated");
-        assert_eq!(server.requests(), 3, "{}", wire.name());
-        assert!(
-            grown < RSS_GROWTH,
-            "{}: peak RSS grew {grown} bytes",
-            wire.name()
-        );
+        assert_eq!(requests, 3);
     }
 }
 
@@ -462,15 +471,8 @@ async fn a_300_mb_error_body_retried_three_times_keeps_memory_small() {
 #[tokio::test]
 async fn empty_deltas_and_pings_every_100_ms_do_not_hold_off_the_idle_timeout() {
     for wire in wires() {
-        let mut steps: Vec<Step> = opening(&*wire)
-            .into_iter()
-            .map(|e| Step::Send(e.into_bytes()))
-            .collect();
-        steps.push(Step::Every(
-            Duration::from_millis(100),
-            no_progress(&*wire),
-            100,
-        ));
+        let every = Step::Every(Duration::from_millis(100), no_progress(&*wire), 100);
+        let steps = opening_then(&*wire, every);
         let server = Hostile::start(200, "text/event-stream", &[], steps).await;
         let http = HttpConfig {
             idle_timeout: Duration::from_millis(700),
@@ -478,10 +480,7 @@ async fn empty_deltas_and_pings_every_100_ms_do_not_hold_off_the_idle_timeout() 
             ..fast_http(1)
         };
         let model = server.model(&*wire, http).await;
-        let start = Instant::now();
-        let (_, err) = collect(&*model, ask("hi")).await;
-        let elapsed = start.elapsed();
-        let err = err.unwrap();
+        let (_, err, elapsed) = timed_failure(&*model).await;
         let name = wire.name();
         assert_eq!(err.kind(), ModelErrorKind::Timeout, "{name}: {err}");
         assert!(err.message().contains("idle_timeout"), "{name}: {err}");
@@ -493,15 +492,12 @@ async fn empty_deltas_and_pings_every_100_ms_do_not_hold_off_the_idle_timeout() 
 #[tokio::test]
 async fn a_stream_of_real_deltas_past_the_total_deadline_fails_with_a_deadline_error() {
     for wire in wires() {
-        let mut steps: Vec<Step> = opening(&*wire)
-            .into_iter()
-            .map(|e| Step::Send(e.into_bytes()))
-            .collect();
-        steps.push(Step::Every(
+        let every = Step::Every(
             Duration::from_millis(100),
             vec![text_delta(&*wire, "x")],
             100,
-        ));
+        );
+        let steps = opening_then(&*wire, every);
         let server = Hostile::start(200, "text/event-stream", &[], steps).await;
         let http = HttpConfig {
             idle_timeout: Duration::from_secs(5),
@@ -509,10 +505,7 @@ async fn a_stream_of_real_deltas_past_the_total_deadline_fails_with_a_deadline_e
             ..fast_http(3)
         };
         let model = server.model(&*wire, http).await;
-        let start = Instant::now();
-        let (chunks, err) = collect(&*model, ask("hi")).await;
-        let elapsed = start.elapsed();
-        let err = err.unwrap();
+        let (chunks, err, elapsed) = timed_failure(&*model).await;
         let name = wire.name();
         assert_eq!(err.kind(), ModelErrorKind::Deadline, "{name}: {err}");
         assert!(err.message().contains("total_timeout"), "{name}: {err}");
@@ -536,11 +529,10 @@ async fn the_total_deadline_also_bounds_retries_and_waiting_for_headers() {
             ..fast_http(3)
         };
         let model = server.model(&*wire, http).await;
-        let start = Instant::now();
-        let (_, err) = collect(&*model, ask("hi")).await;
-        assert_eq!(err.unwrap().kind(), ModelErrorKind::Server);
+        let (_, err, elapsed) = timed_failure(&*model).await;
+        assert_eq!(err.kind(), ModelErrorKind::Server);
         assert_eq!(server.requests(), 1, "{}", wire.name());
-        assert!(start.elapsed() < Duration::from_millis(900));
+        assert!(elapsed < Duration::from_millis(900));
 
         // Headers that take longer than the whole deadline: a Deadline error, no retry.
         let slow = Reply::sse(&wire.events(&Turn::default())).delay(Duration::from_secs(3));
