@@ -24,6 +24,8 @@ mod hooks_latency;
 mod hooks_masking;
 mod hooks_self_correction;
 mod hooks_tool_guard;
+#[cfg(all(feature = "openai", feature = "anthropic"))]
+mod hostile_providers;
 mod load;
 mod loop_control;
 #[cfg(feature = "mcp")]
