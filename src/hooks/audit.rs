@@ -1176,6 +1176,7 @@ mod tests {
             tool_use: ToolUse::new("1", "x", serde_json::json!({})),
             denial: None,
             changed: false,
+            changed_by: None,
         });
         let fut = Hook::on_event(&hook, &mut event);
         assert!(
