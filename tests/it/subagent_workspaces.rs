@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicUsize;
 use rein::subagent::spec::SpecErrorKind;
 use rein::*;
 
+use crate::subagent_hardening::read_write;
 use crate::subagents::{Contributes, TempDir, md, named_tool, offered, spawn};
 use crate::support::*;
 
@@ -24,6 +25,15 @@ fn isolated(
         .unwrap()
 }
 
+/// A parent script: spawn `w`, the child answers, the parent answers.
+fn spawn_once() -> ScriptedModel {
+    ScriptedModel::new([
+        spawn("w", "t"),
+        ScriptedTurn::text("c"),
+        ScriptedTurn::text("p"),
+    ])
+}
+
 /// A workspace with a child root `child/` whose tools.json is `policy`.
 fn with_child_policy(label: &str, policy: &str) -> TempDir {
     let ws = TempDir::new(label);
@@ -36,16 +46,9 @@ fn with_child_policy(label: &str, policy: &str) -> TempDir {
 async fn an_empty_allowlist_still_applies_the_child_workspace_policy() {
     let ws = with_child_policy("empty-allow", r#"{"deny": ["write"]}"#);
     let log = Log::default();
-    let model = ScriptedModel::new([
-        spawn("w", "t"),
-        ScriptedTurn::text("c"),
-        ScriptedTurn::text("p"),
-    ]);
+    let model = spawn_once();
     let agent = builder(&model)
-        .toolkit(toolkit_with(vec![
-            named_tool("read", &log),
-            named_tool("write", &log),
-        ]))
+        .toolkit(read_write(&log))
         .workspace(&ws.0)
         .subagent(isolated("w", &[], "child"))
         .build()
@@ -59,11 +62,7 @@ async fn an_empty_allowlist_still_applies_the_child_workspace_policy() {
 async fn a_child_workspace_deny_removes_a_hook_contributed_tool_before_install() {
     let ws = with_child_policy("hook-deny-child", r#"{"deny": ["delete_logs"]}"#);
     let log = Log::default();
-    let model = ScriptedModel::new([
-        spawn("w", "t"),
-        ScriptedTurn::text("c"),
-        ScriptedTurn::text("p"),
-    ]);
+    let model = spawn_once();
     let agent = builder(&model)
         .toolkit(toolkit_with(vec![named_tool("read", &log)]).without_deletion())
         .hook(Contributes {
@@ -85,16 +84,9 @@ async fn a_child_policy_cannot_widen_the_parents() {
     let ws = with_child_policy("no-widen", r#"{"allow": ["read", "write"]}"#);
     ws.write("tools.json", r#"{"deny": ["write"]}"#);
     let log = Log::default();
-    let model = ScriptedModel::new([
-        spawn("w", "t"),
-        ScriptedTurn::text("c"),
-        ScriptedTurn::text("p"),
-    ]);
+    let model = spawn_once();
     let agent = builder(&model)
-        .toolkit(toolkit_with(vec![
-            named_tool("read", &log),
-            named_tool("write", &log),
-        ]))
+        .toolkit(read_write(&log))
         .workspace(&ws.0)
         .subagent(isolated("w", &[], "child"))
         .build()
@@ -204,11 +196,7 @@ async fn an_isolated_childs_agents_md_is_its_prompt_base() {
             "tools: []\nworkspace: {mode: isolated, path: child}\n",
         ),
     );
-    let model = ScriptedModel::new([
-        spawn("w", "t"),
-        ScriptedTurn::text("c"),
-        ScriptedTurn::text("p"),
-    ]);
+    let model = spawn_once();
     let agent = builder(&model).workspace(&ws.0).build().unwrap();
     agent.call(Msg::user("go")).await.unwrap();
     let system = model.requests()[1].messages.first().unwrap().text();
