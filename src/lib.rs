@@ -128,6 +128,7 @@ pub use subagent::{
     GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentDeclarationBuilder,
     SubagentFactory,
 };
+pub use subagent::{SubagentWorkspace, WorkspaceMode};
 pub use tool::{
     FunctionTool, IntoTool, Tool, ToolContext, ToolError, ToolSchema, Toolkit, ToolkitError,
 };

@@ -541,6 +541,7 @@ impl AgentBuilder {
             }
         };
         let bound = Bound {
+            own_policy: self.child.as_ref().and_then(|c| c.own_policy.as_deref()),
             allow: self
                 .child
                 .as_ref()
@@ -649,6 +650,10 @@ impl AgentBuilder {
                         .collect(),
                     options: self.options.clone(),
                     policy: policy.clone(),
+                    workspace: match &self.child {
+                        Some(c) => c.workspace.clone(),
+                        None => self.workspace.clone(),
+                    },
                     hook_tool_filter: self.hook_tool_filter.clone(),
                     max_depth: self.max_depth,
                     max_iters_default: self.max_iters,
@@ -735,6 +740,8 @@ struct Bound<'a> {
     /// The declaration's allowlist (empty: no allowlist).
     allow: &'a [String],
     policy: Option<&'a ToolsPolicy>,
+    /// The child's own isolated workspace policy (children only).
+    own_policy: Option<&'a ToolsPolicy>,
     /// The parent's callable tools (children only).
     callable: Option<&'a HashSet<String>>,
 }
@@ -743,6 +750,7 @@ impl Bound<'_> {
     fn permits(&self, name: &str) -> bool {
         (self.allow.is_empty() || self.allow.iter().any(|a| a == name))
             && self.policy.is_none_or(|p| p.permits(name, SPAWN_TOOL))
+            && self.own_policy.is_none_or(|p| p.permits(name, SPAWN_TOOL))
             && self.callable.is_none_or(|c| c.contains(name))
     }
 }

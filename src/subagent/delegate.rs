@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -13,7 +13,10 @@ use serde_json::{Value, json};
 use super::narrow::{self, Granted};
 use super::registry::Registry;
 use super::spec::{SpecError, ToolsPolicy};
-use super::{GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentFactory};
+use super::{
+    GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentFactory,
+    SubagentWorkspace, WorkspaceMode,
+};
 use crate::agent::{
     Agent, AgentBuilder, AgentEvent, AgentInfo, CallOutcome, PENDING_CALLS_KEY, SessionKey,
     StopReason,
@@ -71,6 +74,8 @@ pub(crate) struct Template {
     pub(crate) hooks: Vec<RegisteredHook>,
     pub(crate) options: GenerateOptions,
     pub(crate) policy: Option<Arc<ToolsPolicy>>,
+    /// The delegating agent's workspace root (relative child workspaces resolve here).
+    pub(crate) workspace: Option<PathBuf>,
     pub(crate) hook_tool_filter: Option<HookToolFilter>,
     pub(crate) max_depth: u32,
     pub(crate) max_iters_default: u32,
@@ -90,6 +95,10 @@ pub(crate) struct ChildBinding {
     pub(crate) allow: Vec<String>,
     pub(crate) callable: Arc<HashSet<String>>,
     pub(crate) policy: Option<Arc<ToolsPolicy>>,
+    /// The policy of the child's own isolated workspace (narrows further).
+    pub(crate) own_policy: Option<Arc<ToolsPolicy>>,
+    /// The child's workspace root: its isolated root, else its parent's.
+    pub(crate) workspace: Option<PathBuf>,
     pub(crate) registry: Arc<Registry>,
 }
 
@@ -168,10 +177,20 @@ impl Delegation {
         }
     }
 
-    /// Checks that no known declaration's allowlist names a tool this agent cannot call.
+    /// Checks that no known declaration's allowlist names a tool this agent cannot call,
+    /// and that every isolated workspace declared in code or a static file has a
+    /// readable, valid `tools.json` (or none).
     pub(crate) fn validate(&self) -> Result<(), BuildError> {
         for (id, declared) in self.registry.all() {
             check_allowlist(&id, &declared.allowlist(), &self.template.callable)?;
+            let decl = match &declared {
+                Declared::Decl(d) => d,
+                Declared::Factory(f) => f.declaration(),
+                Declared::GeneralPurpose => continue,
+            };
+            if let Some(root) = isolated_root(&id, decl, self.template.workspace.as_deref())? {
+                child_policy(&id, &root)?;
+            }
         }
         Ok(())
     }
@@ -254,6 +273,7 @@ impl Delegation {
                         temperature: None,
                         top_p: None,
                         hooks: Vec::new(),
+                        workspace: None,
                     };
                     (&general, None)
                 }
@@ -274,7 +294,18 @@ impl Delegation {
             top_p: decl.top_p,
             ..Default::default()
         };
-        let mut prompt = decl.sys_prompt.clone().unwrap_or_default();
+        let root = isolated_root(id, decl, t.workspace.as_deref())?;
+        let own_policy = match &root {
+            Some(root) => child_policy(id, root)?,
+            None => None,
+        };
+        let agents_md = match &root {
+            Some(root) => read_agents_md(root)?,
+            None => None,
+        };
+        let mut prompt = agents_md
+            .or_else(|| decl.sys_prompt.clone())
+            .unwrap_or_default();
         if !prompt.is_empty() {
             prompt.push_str("\n\n");
         }
@@ -324,9 +355,75 @@ impl Delegation {
             allow: decl.tools.clone(),
             callable: Arc::clone(&t.callable),
             policy: t.policy.clone(),
+            own_policy,
+            workspace: root.or_else(|| t.workspace.clone()),
             registry: Arc::clone(&self.registry),
         });
         b.build()
+    }
+}
+
+/// The isolated root of a declaration, a relative path resolved against the delegating
+/// agent's workspace; `None` for a shared or absent workspace.
+fn isolated_root(
+    id: &str,
+    decl: &SubagentDeclaration,
+    parent_ws: Option<&Path>,
+) -> Result<Option<PathBuf>, BuildError> {
+    let Some(SubagentWorkspace {
+        mode: WorkspaceMode::Isolated,
+        path: Some(path),
+    }) = &decl.workspace
+    else {
+        return Ok(None);
+    };
+    if path.is_absolute() {
+        return Ok(Some(path.clone()));
+    }
+    match parent_ws {
+        Some(ws) => Ok(Some(ws.join(path))),
+        None => Err(BuildError::new(
+            BuildErrorKind::InvalidDeclaration,
+            format!(
+                "subagent `{id}`: its workspace path `{}` is relative, but its parent has no \
+                 workspace to resolve it against",
+                path.display()
+            ),
+        )),
+    }
+}
+
+/// The policy of an isolated child workspace: fails closed like the parent's, and may not
+/// declare MCP servers (only the top-level agent connects them).
+fn child_policy(id: &str, root: &Path) -> Result<Option<Arc<ToolsPolicy>>, BuildError> {
+    let policy = load_policy(root)?;
+    if let Some(p) = &policy
+        && !p.mcp_servers.is_empty()
+    {
+        return Err(BuildError::new(
+            BuildErrorKind::InvalidConfig,
+            format!(
+                "subagent `{id}`: `{}` declares MCP servers; only the top-level agent can",
+                root.join("tools.json").display()
+            ),
+        ));
+    }
+    Ok(policy)
+}
+
+/// `<root>/AGENTS.md`, the prompt base of an isolated child; `None` only when there is no
+/// entry at all (a dangling link or an unreadable file fails).
+fn read_agents_md(root: &Path) -> Result<Option<String>, BuildError> {
+    let path = root.join("AGENTS.md");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(text.trim().to_owned()).filter(|t| !t.is_empty())),
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                && std::fs::symlink_metadata(&path).is_err() =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(BuildError::workspace(SpecError::io(&path, &e))),
     }
 }
 

@@ -21,6 +21,9 @@ use std::time::{Duration, SystemTime};
 use indexmap::IndexMap;
 
 use crate::mcp::{McpServerConfig, McpTransport, check_server_id};
+use crate::subagent::SubagentWorkspace;
+
+mod workspace;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Unexpected, Visitor};
 
@@ -365,6 +368,7 @@ const FRONT_MATTER_KEYS: &[&str] = &[
     "steps",
     "temperature",
     "top_p",
+    "workspace",
 ];
 
 /// A subagent declared by `<workspace>/subagents/<id>.md`: YAML front matter between two
@@ -386,6 +390,11 @@ pub struct DeclarationSpec {
     pub temperature: Option<f64>,
     /// `top_p`: 0 < x <= 1; `None` means "inherit".
     pub top_p: Option<f64>,
+    /// `workspace`: `{mode: isolated|shared, path: rel|abs}`; an isolated `path` is
+    /// required, resolved against the workspace holding the `subagents/` folder, and must
+    /// be an existing directory; a shared one takes no path. `None`: no workspace of its
+    /// own.
+    pub workspace: Option<SubagentWorkspace>,
     /// The Markdown after the closing `---`, trimmed; may be empty.
     pub body: String,
 }
@@ -431,6 +440,7 @@ impl DeclarationSpec {
             steps: fm.steps,
             temperature: fm.temperature,
             top_p: fm.top_p,
+            workspace: fm.workspace,
             body: body.to_owned(),
         })
     }
@@ -499,6 +509,7 @@ struct FrontMatter {
     steps: Option<u32>,
     temperature: Option<f64>,
     top_p: Option<f64>,
+    workspace: Option<SubagentWorkspace>,
 }
 
 fn parse_front_matter(file: &Path, yaml: &str) -> Result<FrontMatter, SpecError> {
@@ -519,7 +530,12 @@ fn parse_front_matter(file: &Path, yaml: &str) -> Result<FrontMatter, SpecError>
         ));
     }
     let ctx = Ctx::default();
-    FrontMatterVisitor(&ctx)
+    // `<ws>/subagents/<id>.md` → `<ws>`.
+    let base = file
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("."));
+    FrontMatterVisitor(&ctx, base)
         .deserialize(serde_yaml_ng::Deserializer::from_str(yaml))
         .map_err(|err| {
             // Without a recorded detail, serde rejected a top level that is not a mapping.
@@ -551,7 +567,7 @@ fn shift_line_numbers(message: &str, by: usize) -> String {
     out
 }
 
-struct FrontMatterVisitor<'a>(&'a Ctx);
+struct FrontMatterVisitor<'a>(&'a Ctx, &'a Path);
 
 impl<'de> DeserializeSeed<'de> for FrontMatterVisitor<'_> {
     type Value = FrontMatter;
@@ -599,6 +615,10 @@ impl<'de> Visitor<'de> for FrontMatterVisitor<'_> {
                         Some(map.next_value_seed(Check::new(at, Number::Temperature))?);
                 }
                 "top_p" => fm.top_p = Some(map.next_value_seed(Check::new(at, Number::TopP))?),
+                "workspace" => {
+                    let rule = workspace::WorkspaceRule { base: self.1 };
+                    fm.workspace = Some(map.next_value_seed(Check::new(at, rule))?);
+                }
                 // Unreachable: the key check only yields FRONT_MATTER_KEYS.
                 _ => {
                     map.next_value::<de::IgnoredAny>()?;

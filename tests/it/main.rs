@@ -47,6 +47,7 @@ mod sessions;
 mod streaming;
 mod subagent_hardening;
 mod subagent_properties;
+mod subagent_workspaces;
 mod subagents;
 mod support;
 mod sync_hooks;

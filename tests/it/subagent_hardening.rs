@@ -12,7 +12,7 @@ use crate::subagents::{TempDir, decl, md, named_tool, offered, spawn};
 use crate::support::*;
 
 /// A toolkit with the tools `read` and `write`.
-fn read_write(log: &Log) -> Toolkit {
+pub fn read_write(log: &Log) -> Toolkit {
     toolkit_with(vec![named_tool("read", log), named_tool("write", log)])
 }
 

@@ -750,9 +750,9 @@ async fn a_code_declaration_wins_over_a_same_name_file() {
 // Hook-contributed tools
 // ---------------------------------------------------------------------------------------
 
-struct Contributes {
-    tools: Vec<(&'static str, &'static str)>,
-    calls: Arc<AtomicUsize>,
+pub struct Contributes {
+    pub tools: Vec<(&'static str, &'static str)>,
+    pub calls: Arc<AtomicUsize>,
 }
 
 impl Hook for Contributes {
@@ -945,7 +945,10 @@ fn the_example_workspace_is_valid() {
     let model = ScriptedModel::new([]);
     let log = Log::default();
     let agent = builder(&model)
-        .toolkit(toolkit_with(vec![named_tool("query_logs", &log)]))
+        .toolkit(toolkit_with(vec![
+            named_tool("query_logs", &log),
+            named_tool("lookup_order", &log),
+        ]))
         .workspace(ws)
         .build()
         .unwrap();
