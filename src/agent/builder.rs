@@ -663,6 +663,8 @@ impl AgentBuilder {
                     trail: self.trail,
                     record_content: self.record_content,
                     tool_labels: self.tool_labels.clone(),
+                    limits: self.limits,
+                    stream_release: self.stream_release,
                 };
                 let delegation = Arc::new(Delegation::new(registry, template));
                 if self.child.is_none() {

@@ -133,6 +133,19 @@ pub(crate) struct Limits {
     pub(crate) max_tool_result_bytes: usize,
 }
 
+impl Limits {
+    /// Each limit the smaller of the two (a child's limits never exceed its parent's).
+    pub(crate) fn at_most(&self, parent: &Limits) -> Limits {
+        Limits {
+            max_tool_calls_per_turn: self
+                .max_tool_calls_per_turn
+                .min(parent.max_tool_calls_per_turn),
+            tool_concurrency: self.tool_concurrency.min(parent.tool_concurrency),
+            max_tool_result_bytes: self.max_tool_result_bytes.min(parent.max_tool_result_bytes),
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Self {

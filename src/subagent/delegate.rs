@@ -85,6 +85,10 @@ pub(crate) struct Template {
     pub(crate) trail: bool,
     pub(crate) record_content: bool,
     pub(crate) tool_labels: Option<Arc<HashSet<String>>>,
+    /// The delegating agent's turn limits: a child's are at most these.
+    pub(crate) limits: crate::agent::Limits,
+    /// The delegating agent's stream release: a child's deltas reach the same caller.
+    pub(crate) stream_release: crate::agent::StreamRelease,
 }
 
 /// What a child's builder needs to bound it: set only by [`Delegation::build_child`].
@@ -331,12 +335,17 @@ impl Delegation {
         b.trail = t.trail;
         b.record_content = t.record_content;
         b.tool_labels = t.tool_labels.clone();
+        b.limits = t.limits;
         b.hooks.extend(decl.hooks.iter().cloned());
         if let Some(f) = factory {
             let granted = Granted::of(&b);
             b = f.configure(b);
             narrow::enforce(id, granted, &t.base_tools, &t.callable, &mut b)?;
         }
+        // A factory may lower the turn limits, never raise them; the caller that
+        // streams sees the child's turns released as the parent's.
+        b.limits = b.limits.at_most(&t.limits);
+        b.stream_release = t.stream_release;
         // Re-applied after any factory: inherited hooks first, nothing global, no
         // workspace or declarations of its own, and the bound.
         let own = std::mem::take(&mut b.hooks);
