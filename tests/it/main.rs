@@ -7,6 +7,7 @@
     unreachable_pub
 )]
 
+mod audit_jsonl;
 mod build;
 mod chain_properties;
 mod crash;
