@@ -24,6 +24,8 @@ mod hooks_latency;
 mod hooks_masking;
 mod hooks_self_correction;
 mod hooks_tool_guard;
+#[cfg(feature = "mcp")]
+mod hostile_mcp;
 mod load;
 mod loop_control;
 #[cfg(feature = "mcp")]

@@ -421,7 +421,7 @@ mod tests {
 
     use super::*;
     use crate::hook::{EventMeta, PreActingEvent};
-    use crate::{RunContext, ToolUse};
+    use crate::{AgentInfo, RunContext, ToolUse};
 
     /// The hook future is erased inline (no allocation per event) when it fits the
     /// chain's 64-byte slot: no record may be held across its await.

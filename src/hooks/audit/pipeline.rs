@@ -362,6 +362,7 @@ impl Pipeline {
 mod tests {
     use super::*;
     use crate::agent::{AgentInfo, RunContext};
+    use crate::hooks::MemoryAuditSink;
 
     #[tokio::test]
     async fn dropping_the_hook_ends_its_writer_after_the_queued_records() {
