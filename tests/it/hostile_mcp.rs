@@ -113,7 +113,7 @@ async fn an_input_schema_nested_200_levels_fails_the_build_naming_the_server_and
 async fn call_then_echo(tool: &str) -> Option<(Vec<(String, bool, String)>, Duration)> {
     let config = hostile("calls")?;
     let model = ScriptedModel::new([
-        ScriptedTurn::tool_call(&format!("mcp__hostile__{tool}"), json!({})),
+        ScriptedTurn::tool_call(format!("mcp__hostile__{tool}"), json!({})),
         ScriptedTurn::tool_call("mcp__hostile__echo", json!({"message": "still here"})),
         ScriptedTurn::text("done"),
     ]);
