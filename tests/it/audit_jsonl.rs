@@ -2,8 +2,8 @@
 //! fails part-way and recovers, a torn last line left by a crash, and SIGKILL at random
 //! moments (the child is this test binary re-executed, as in `crash.rs`).
 
-use std::io::{Read, Write};
-use std::process::{Command, Stdio};
+use std::io::Write;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,7 +14,7 @@ use rein::hooks::{
 };
 use rein::*;
 
-use crate::crash::XorShift;
+use crate::crash::{XorShift, run_child_until_killed};
 use crate::support::*;
 
 fn hook(sink: JsonlAuditSink, capacity: usize, on_full: QueueFull) -> Arc<AuditHook> {
@@ -288,34 +288,14 @@ fn sigkill_at_random_moments_loses_no_acknowledged_record_and_merges_no_lines() 
     let mut rng = XorShift::new(seed);
     let dir = TempDir::new("audit-crash");
     let path = dir.path().join("audit.jsonl");
-    let exe = std::env::current_exe().unwrap();
     let mut acked = Vec::new();
     let started = Instant::now();
     for round in 0..rounds {
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "audit_jsonl::audit_crash_child_entry_point_writes_records_until_killed",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, &path)
-            .env("RUST_BACKTRACE", "0")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(30 + rng.below(120)));
-        child.kill().unwrap();
-        assert!(!child.wait().unwrap().success());
-        let mut out = String::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
+        let out = run_child_until_killed(
+            "audit_jsonl::audit_crash_child_entry_point_writes_records_until_killed",
+            (CHILD_ENV, path.as_os_str()),
+            Duration::from_millis(30 + rng.below(120)),
+        );
         acked.extend(
             out.lines()
                 .filter_map(|l| l.find("ack ").map(|at| l[at + 4..].parse::<u64>().unwrap())),
