@@ -7,6 +7,7 @@
     unreachable_pub
 )]
 
+mod audit_jsonl;
 mod build;
 mod chain_properties;
 mod crash;
@@ -24,6 +25,8 @@ mod hooks_latency;
 mod hooks_masking;
 mod hooks_self_correction;
 mod hooks_tool_guard;
+#[cfg(feature = "mcp")]
+mod hostile_mcp;
 #[cfg(all(feature = "openai", feature = "anthropic"))]
 mod hostile_providers;
 mod load;
