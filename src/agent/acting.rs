@@ -293,13 +293,7 @@ impl Call<'_> {
     async fn pre_acting(&self, tool_use: ToolUse) -> Result<PreActingEvent, Error> {
         let chain = &self.agent.chain;
         let full = chain.subscribers(EventKind::PreActing);
-        let mut ev = HookEvent::PreActing(PreActingEvent {
-            meta: self.meta.clone(),
-            tool_use,
-            denial: None,
-            changed: false,
-            changed_by: None,
-        });
+        let mut ev = HookEvent::PreActing(PreActingEvent::new(self.meta.clone(), tool_use));
         let mut stale: Cow<'_, [u16]> = Cow::Borrowed(full);
         let mut passes = 0;
         loop {

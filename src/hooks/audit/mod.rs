@@ -445,13 +445,10 @@ mod tests {
             Arc::from(Vec::new()),
             Default::default(),
         );
-        let mut event = HookEvent::PreActing(PreActingEvent {
+        let mut event = HookEvent::PreActing(PreActingEvent::new(
             meta,
-            tool_use: ToolUse::new("1", "x", serde_json::json!({})),
-            denial: None,
-            changed: false,
-            changed_by: None,
-        });
+            ToolUse::new("1", "x", serde_json::json!({})),
+        ));
         let fut = Hook::on_event(&hook, &mut event);
         assert!(
             std::mem::size_of_val(&fut) <= 64,
