@@ -21,6 +21,7 @@ mod hooks_approval;
 mod hooks_audit;
 mod hooks_config;
 mod hooks_dynamic_options;
+mod hooks_fail_closed;
 mod hooks_latency;
 mod hooks_masking;
 mod hooks_self_correction;
