@@ -98,6 +98,7 @@ pub use agent::{
     StoreError, StoreErrorKind, StoredSession,
 };
 pub use error::{BuildError, BuildErrorKind, Error, ErrorKind, HookFailureKind};
+pub use hook::RegistrationGuard;
 pub use hook::{
     ActingChunkEvent, ErrorEvent, EventKind, FailurePolicy, Hook, HookError, HookEvent,
     HookRegistry, Interest, IntoHook, PostActingEvent, PostCallEvent, PostReasoningEvent,

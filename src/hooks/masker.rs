@@ -386,15 +386,17 @@ impl SensitiveDataMasker {
     #[must_use]
     pub fn stable_prefix_len(&self, text: &str) -> usize {
         for (i, c) in text.char_indices().rev() {
-            let soft = c.is_ascii_alphanumeric()
-                || matches!(c, '.' | '_' | '%' | '+' | '-' | '@')
-                || matches!(c, '０'..='９' | 'Ａ'..='Ｚ' | 'ａ'..='ｚ')
-                || (c == ' ' && char_before(text, i).is_some_and(|p| p.is_ascii_digit()));
-            if !soft {
+            if !is_soft(c, || char_before(text, i)) {
                 return i + c.len_utf8();
             }
         }
         0
+    }
+
+    /// The literal replacement string (default `***`); a streaming masker writes it for a
+    /// token it has to mask whole.
+    pub(crate) fn replacement(&self) -> &str {
+        &self.inner.replacement
     }
 
     fn collect(&self, text: &str, out: &mut Vec<Candidate>) {
@@ -520,10 +522,19 @@ impl Inner {
     fn scan_digits(&self, text: &str, s: usize, out: &mut Vec<Candidate>) -> usize {
         let b = text.as_bytes();
         let e = digit_run_end(b, s);
+        // Only a run of 2–4 digits followed by a separator can open a group sequence
+        // (`86`, `0086`, `138`, `4111`), and only a run of 11–19 digits can match alone
+        // (17 + `X` included). Anything else is rejected before the neighbour checks:
+        // this keeps adversarial input such as `1 1 1 …` cheap.
+        let len = e - s;
+        let may_group = self.checks.grouped_numbers
+            && (2..=4).contains(&len)
+            && matches!(b.get(e), Some(b' ' | b'-'));
+        if !may_group && !(11..=19).contains(&len) {
+            return e;
+        }
         let prev = char_before(text, s);
-        if self.checks.grouped_numbers
-            && let Some(c) = self.grouped_at(text, s, e, prev)
-        {
+        if may_group && let Some(c) = self.grouped_at(text, s, e, prev) {
             out.push(c);
             return c.end;
         }
@@ -700,6 +711,19 @@ impl Inner {
     }
 }
 
+/// Whether `c` can be part of, or change the judgement of, a built-in match (see
+/// [`SensitiveDataMasker::stable_prefix_len`]); `prev` yields the character before it
+/// (only asked for a space, which is soft after an ASCII digit).
+pub(crate) fn is_soft(c: char, prev: impl FnOnce() -> Option<char>) -> bool {
+    c.is_ascii_alphanumeric()
+        || matches!(c, '.' | '_' | '%' | '+' | '-' | '@')
+        || matches!(c, '０'..='９' | 'Ａ'..='Ｚ' | 'ａ'..='ｚ')
+        || (c == ' ' && prev().is_some_and(|p| p.is_ascii_digit()))
+}
+
+/// Maximum number of groups in a separated number, for the streaming masker.
+pub(crate) const MAX_NUMBER_GROUPS: usize = MAX_GROUPS;
+
 fn digit_run_end(b: &[u8], mut i: usize) -> usize {
     while i < b.len() && b[i].is_ascii_digit() {
         i += 1;
@@ -817,14 +841,21 @@ fn is_domain_byte(c: u8) -> bool {
 /// The e-mail address around the `@` at `at`, with the same result as the leftmost-first regex
 /// `[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}` searched from `floor`.
 fn email_at(b: &[u8], at: usize, floor: usize) -> Option<Range<usize>> {
-    let mut s = at;
+    if at == floor || !is_local_byte(b[at - 1]) {
+        return None;
+    }
+    // The domain first: it does not depend on the local part, and most `@` without an
+    // address (`a@a@a@…`) fail here, before the backward scan.
+    let end = domain_end(b, at + 1)?;
+    let mut s = at - 1;
     while s > floor && is_local_byte(b[s - 1]) {
         s -= 1;
     }
-    if s == at {
-        return None;
-    }
-    let ds = at + 1;
+    Some(s..end)
+}
+
+/// The end of the greedy e-mail domain starting at `ds`, if there is one.
+fn domain_end(b: &[u8], ds: usize) -> Option<usize> {
     let mut de = ds;
     while de < b.len() && is_domain_byte(b[de]) {
         de += 1;
@@ -847,7 +878,7 @@ fn email_at(b: &[u8], at: usize, floor: usize) -> Option<Range<usize>> {
             q += 1;
         }
     }
-    end.map(|e| s..e)
+    end
 }
 
 /// Keeps the first 3 and last 4 ASCII alphanumerics of the last `tail` (or all) of them and
