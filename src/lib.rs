@@ -106,6 +106,7 @@ pub use agent::{
     StoreError, StoreErrorKind, StoredSession, StreamRelease,
 };
 pub use error::{BuildError, BuildErrorKind, Error, ErrorKind, HookFailureKind};
+pub use hook::RegistrationGuard;
 pub use hook::{
     ActingChunkEvent, ErrorEvent, EventKind, FailurePolicy, Hook, HookError, HookEvent,
     HookRegistry, HookSite, Interest, IntoHook, PostActingEvent, PostCallEvent, PostReasoningEvent,

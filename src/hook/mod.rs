@@ -48,7 +48,7 @@ pub use event::{
     PostSummaryEvent, PreActingEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent,
     ReasoningChunkEvent, SummaryChunkEvent,
 };
-pub use registry::HookRegistry;
+pub use registry::{HookRegistry, RegistrationGuard};
 
 use std::fmt;
 use std::future::Future;

@@ -17,6 +17,7 @@ mod faults;
 mod fuzz_inputs;
 mod governance;
 mod hook_chain;
+mod hook_registry_scoped;
 mod hooks_approval;
 mod hooks_audit;
 mod hooks_config;
@@ -24,6 +25,7 @@ mod hooks_dynamic_options;
 mod hooks_fail_closed;
 mod hooks_latency;
 mod hooks_masking;
+mod hooks_masking_stream;
 mod hooks_self_correction;
 mod hooks_tool_guard;
 #[cfg(feature = "mcp")]
