@@ -15,6 +15,7 @@ mod failure_policy;
 mod faults;
 mod fuzz_inputs;
 mod governance;
+mod governance_fuzz;
 mod hook_chain;
 mod hooks_approval;
 mod hooks_audit;
