@@ -58,8 +58,34 @@ pub const FACTORIES_NARROW_BY_INSTANCE: bool = false;
 /// a human surfaces on the top-level reply. Until then that is not checked.
 pub const CHILD_APPROVALS_SURFACE: bool = false;
 
+/// Pending fix (found by this fuzzer): `AgentStream` ends as soon as its call finished
+/// and its channel reports `Pending`, which tokio's cooperative budget makes it do
+/// while events (and the `Final` item) are still buffered; a streamed call with a busy
+/// subagent loses its tail. Until then streams are collected outside the budget
+/// (`tokio::task::unconstrained`); the "ends with `Final` or `Error`" check stays on.
+/// See [`a_streamed_call_with_a_busy_subagent_still_ends_with_its_final_item`].
+pub const STREAM_DRAINED_UNDER_COOP_BUDGET: bool = false;
+
 static CASES: AtomicU64 = AtomicU64::new(0);
 static CHECKS: AtomicU64 = AtomicU64::new(0);
+/// What the cases exercised: executed tool calls, child runs, denied calls, approvals,
+/// failed calls, stopped-for-human rounds, masked stream items.
+static SEEN: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
+const SEEN_NAMES: [&str; 9] = [
+    "tool calls run",
+    "child runs",
+    "calls denied",
+    "approvals",
+    "failed calls",
+    "stops for a human",
+    "masked stream items",
+    "calls the model emitted",
+    "calls admitted to the hooks",
+];
+
+fn saw(i: usize, n: usize) {
+    SEEN[i].fetch_add(n as u64, Ordering::Relaxed);
+}
 
 /// Counts `n` invariant checks.
 pub fn checked(n: u64) {
@@ -276,18 +302,41 @@ async fn call_once(
         return Ok(result);
     };
     let stream = agent.stream(input, ctx);
-    let events: Vec<AgentEvent> = if case.mask.is_some() {
-        mask.mask_stream(stream).collect().await
+    let collect = async {
+        if case.mask.is_some() {
+            mask.mask_stream(stream).collect::<Vec<_>>().await
+        } else {
+            stream.collect::<Vec<_>>().await
+        }
+    };
+    let events = if STREAM_DRAINED_UNDER_COOP_BUDGET {
+        collect.await
     } else {
-        stream.collect().await
+        tokio::task::unconstrained(collect).await
     };
     if let Some(tool_results) = case.mask {
+        saw(6, events.len());
         check::masked_stream(mask.masker(), &events, tool_results)?;
+    }
+    let end = events
+        .iter()
+        .position(|e| matches!(e, AgentEvent::Final(_) | AgentEvent::Error(_)));
+    checked(1);
+    if end.is_none_or(|i| i + 1 != events.len()) {
+        let tail: Vec<String> = events
+            .iter()
+            .skip(end.unwrap_or(0).saturating_sub(3))
+            .map(|e| format!("{e:?}").chars().take(160).collect())
+            .collect();
+        return Err(TestCaseError::fail(format!(
+            "the stream's last item is not its Final or Error (at {end:?} of {}): {tail:#?}",
+            events.len()
+        )));
     }
     match events.into_iter().last() {
         Some(AgentEvent::Final(o)) => Ok(Ok(o)),
         Some(AgentEvent::Error(e)) => Ok(Err(e)),
-        other => Err(TestCaseError::fail(format!("the stream ended with {other:?}"))),
+        _ => unreachable!(),
     }
 }
 
@@ -312,6 +361,7 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
         let result = result?;
         let stopped = match &result {
             Ok(o) if o.reason == StopReason::ReasoningStopped => {
+                saw(5, 1);
                 let waiting = pending_approvals(&o.reply);
                 surfaced.extend(waiting.iter().map(|u| u.id.clone()));
                 decisions = decide(&case, &obs, &waiting, &mut human_turn);
@@ -326,12 +376,21 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
         input = Vec::new();
     }
     let obs_now = std::mem::take(&mut *obs.lock().unwrap());
+    saw(0, obs_now.executed.len());
+    saw(1, obs_now.child_runs.len());
+    saw(2, obs_now.denied.len());
+    saw(3, obs_now.approvals.len());
+    saw(7, obs_now.emitted);
+    let admitted: std::collections::HashSet<_> =
+        obs_now.seen.iter().map(|(_, c)| (&c.agent, &c.id)).collect();
+    saw(8, admitted.len());
     check::governance(&case, &obs_now)?;
     check::child_approvals(&obs_now, &surfaced)?;
 
     checked(1);
     let last = last.unwrap();
     if let Err(e) = &last {
+        saw(4, 1);
         prop_assert!(
             check::may_fail(&case) && matches!(e.kind(), ErrorKind::Hook | ErrorKind::GotoLimit),
             "the call failed: {}",
@@ -384,14 +443,73 @@ fn governance_holds_for_random_hook_chains_delegation_trees_and_adversarial_mode
         failure_persistence: None,
         ..Config::default()
     };
+    // The generated hooks and approvers panic on purpose: keep those quiet.
+    let previous = Arc::new(std::panic::take_hook());
+    let chained = Arc::clone(&previous);
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info.to_string();
+        if !(msg.contains("on purpose") || msg.contains("approver crashed")) {
+            chained(info);
+        }
+    }));
     let mut runner = TestRunner::new(config);
     let result = runner.run(&case::case(), run_case);
+    drop(std::panic::take_hook());
+    std::panic::set_hook(Box::new(move |info| previous(info)));
     eprintln!(
         "governance fuzzer: {} cases generated (with shrinking), {} invariant checks",
         CASES.load(Ordering::Relaxed),
         CHECKS.load(Ordering::Relaxed)
     );
+    let seen: Vec<String> = SEEN
+        .iter()
+        .zip(SEEN_NAMES)
+        .map(|(n, what)| format!("{} {what}", n.load(Ordering::Relaxed)))
+        .collect();
+    eprintln!("governance fuzzer exercised: {}", seen.join(", "));
     if let Err(e) = result {
         panic!("{e}");
+    }
+}
+
+/// A parent that spawns a child which streams a reply of `words` words.
+async fn stream_with_busy_child(release: StreamRelease, words: usize) -> Vec<AgentEvent> {
+    let text: String = (0..words).map(|i| format!("w{i} ")).collect();
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call(SPAWN_TOOL, json!({"agent_id": "c", "task": "t"})),
+        ScriptedTurn::text(text),
+        ScriptedTurn::text("parent done"),
+    ]);
+    let agent = Agent::builder()
+        .model(model)
+        .without_global_hooks()
+        .stream_release(release)
+        .subagent(SubagentDeclaration::builder("c").description("c").build().unwrap())
+        .build()
+        .unwrap();
+    agent
+        .stream(vec![Msg::user("go")], RunContext::new())
+        .collect()
+        .await
+}
+
+/// Found by the fuzzer: the child's events go through the delegation tool's forwarder,
+/// which spends tokio's cooperative budget; when the call finishes with events still
+/// buffered, `AgentStream` reads the budget's `Pending` as "drained" and ends the
+/// stream without the rest of the events and without `Final` (on current main: 8 of
+/// about 60 items for 200 words after acceptance; deterministic in one task).
+#[tokio::test]
+#[ignore = "AgentStream drops buffered events once its call finished (tokio coop budget); \
+            un-ignore with the fix and flip STREAM_DRAINED_UNDER_COOP_BUDGET"]
+async fn a_streamed_call_with_a_busy_subagent_still_ends_with_its_final_item() {
+    for release in [StreamRelease::Immediate, StreamRelease::AfterAcceptance] {
+        for words in [10, 100, 200, 400] {
+            let events = stream_with_busy_child(release, words).await;
+            assert!(
+                matches!(events.last(), Some(AgentEvent::Final(o)) if o.reply.text() == "parent done"),
+                "{release:?}, {words} words: the stream ended after {} items without its Final item",
+                events.len()
+            );
+        }
     }
 }

@@ -210,7 +210,7 @@ fn kind() -> impl Strategy<Value = Kind> {
         2 => Just(Kind::Goto),
         1 => Just(Kind::StopReasoning),
         1 => tool().prop_map(Kind::StopActing),
-        3 => fail,
+        2 => fail,
     ]
 }
 
@@ -263,18 +263,19 @@ fn decl() -> impl Strategy<Value = DeclSpec> {
 
 fn call() -> impl Strategy<Value = Call> {
     let target = prop_oneof![
-        6 => (0..TOOLS.len()).prop_map(Target::Tool),
+        8 => (0..TOOLS.len()).prop_map(Target::Tool),
         1 => Just(Target::Unknown),
-        3 => (0..DECLS.len() + 3).prop_map(Target::Spawn),
+        3 => (0..DECLS.len()).prop_map(Target::Spawn),
+        1 => (DECLS.len()..DECLS.len() + 3).prop_map(Target::Spawn),
     ];
     let args = prop_oneof![
-        6 => any::<u8>().prop_map(Args::Good),
+        12 => any::<u8>().prop_map(Args::Good),
         2 => any::<u8>().prop_map(Args::DoubleEncoded),
         1 => any::<u8>().prop_map(Args::NotObject),
         1 => Just(Args::BadShape),
     ];
     let id = prop_oneof![
-        4 => Just(Id::Unique),
+        8 => Just(Id::Unique),
         2 => Just(Id::Call0),
         1 => Just(Id::Duplicate),
         1 => Just(Id::Missing),
@@ -305,7 +306,7 @@ fn turn() -> impl Strategy<Value = Turn> {
 
 pub fn case() -> impl Strategy<Value = Case> {
     let tree = (
-        prop::collection::vec(decl(), 0..=DECLS.len()),
+        prop::collection::vec(decl(), 1..=DECLS.len()),
         prop::bool::weighted(0.3),
         prop::bool::weighted(if FACTORIES_NARROW_BY_INSTANCE { 0.3 } else { 0.0 }),
         1u32..=3,
@@ -316,7 +317,7 @@ pub fn case() -> impl Strategy<Value = Case> {
         prop::option::of(any::<bool>()),
     );
     let run = (
-        prop::sample::select(vec![1usize, 2, 3, 8]),
+        prop::sample::select(vec![1usize, 2, 3, 8, 8]),
         prop_oneof![
             Just(None),
             Just(Some(StreamRelease::Immediate)),

@@ -48,6 +48,8 @@ pub struct Obs {
     pub child_runs: Vec<(String, String)>,
     /// (agent id, call ids) of every turn stopped for a human.
     pub stopped_for_human: Vec<(String, Vec<String>)>,
+    /// Tool calls the model emitted.
+    pub emitted: usize,
     /// Ids the model put on the wire.
     pub model_ids: Vec<String>,
     /// Invariant violations seen where a panic would be caught by the runtime.

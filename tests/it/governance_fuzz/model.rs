@@ -102,6 +102,7 @@ impl FuzzModel {
     }
 
     fn call_chunks(&self, calls: &[Call], out: &mut Vec<ModelChunk>) {
+        self.obs.lock().unwrap().emitted += calls.len();
         let mut last_id: Option<String> = None;
         let mut index = 0usize;
         for (n, c) in calls.iter().enumerate() {
