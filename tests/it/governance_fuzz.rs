@@ -1,7 +1,7 @@
 //! The governance fuzzer (issue 13): random hook chains (deny, rewrite, rename, cap,
 //! approve, mask, redo, stop, failing and panicking hooks under both policies, sync and
 //! async, random priorities), random delegation trees (code declarations with their
-//! own hooks, general-purpose, a widening factory, nesting to the maximum depth) and
+//! own hooks, a Markdown declaration, general-purpose, a widening factory, nesting to the maximum depth) and
 //! adversarial model scripts (double-encoded and non-object arguments, reused,
 //! duplicate and missing call ids, merged fragments, unknown tools, the delegation tool
 //! with extra or missing fields, calls repeated after a denial, personal data in text,
@@ -42,7 +42,7 @@ use rein::*;
 use serde_json::json;
 
 use crate::support::{TempDir, assert_saved, key};
-use case::{Answer, Approval, Case, DECLS, FACTORY};
+use case::{Answer, Approval, Case, DECLS, FACTORY, MARKDOWN};
 use hooks::{ApprovalRec, CallRec, LibGov, Shared};
 
 /// Pending fix (MaskedStream): child events (`AgentEvent::Subagent`) are masked
@@ -146,14 +146,22 @@ fn approver(answers: Vec<Answer>, obs: &Shared) -> impl Approver {
                 Answer::Nothing => panic!("the approver crashed"),
             };
             if approved.is_some() {
-                obs.lock().unwrap().approvals.push(ApprovalRec { call, approved });
+                obs.lock()
+                    .unwrap()
+                    .approvals
+                    .push(ApprovalRec { call, approved });
             }
             decision
         }
     }
 }
 
-fn build(case: &Arc<Case>, obs: &Shared, store: &Arc<FileSessionStore>) -> (Agent, MaskingHook) {
+fn build(
+    case: &Arc<Case>,
+    obs: &Shared,
+    store: &Arc<FileSessionStore>,
+    workspace: &TempDir,
+) -> (Agent, MaskingHook) {
     let mut b = Agent::builder()
         .name("root")
         .model(model::FuzzModel::new(Arc::clone(case), Arc::clone(obs)))
@@ -232,6 +240,16 @@ fn build(case: &Arc<Case>, obs: &Shared, store: &Arc<FileSessionStore>) -> (Agen
     if case.general_purpose {
         b = b.general_purpose_subagent();
     }
+    if let Some(allow) = &case.markdown {
+        let dir = workspace.path().join("subagents");
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = format!(
+            "---\ndescription: from a file\ntools: {}\n---\nYou help.\n",
+            json!(allow)
+        );
+        std::fs::write(dir.join(format!("{MARKDOWN}.md")), text).unwrap();
+        b = b.workspace(workspace.path());
+    }
     if case.factory {
         b = b.subagent_factory(Widening {
             decl: SubagentDeclaration::builder(FACTORY)
@@ -277,10 +295,10 @@ fn decide(case: &Case, obs: &Shared, waiting: &[ToolUse], turn: &mut usize) -> A
                 name: call.name.clone(),
                 input: call.input.clone(),
             };
-            obs.lock()
-                .unwrap()
-                .approvals
-                .push(ApprovalRec { call: rec, approved });
+            obs.lock().unwrap().approvals.push(ApprovalRec {
+                call: rec,
+                approved,
+            });
         }
     }
     d
@@ -344,7 +362,8 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
     let obs: Shared = Arc::default();
     let dir = TempDir::new("gov-fuzz");
     let store = Arc::new(FileSessionStore::open(dir.path()).unwrap());
-    let (agent, mask) = build(&case, &obs, &store);
+    let workspace = TempDir::new("gov-fuzz-ws");
+    let (agent, mask) = build(&case, &obs, &store, &workspace);
     let mut input = vec![Msg::user("go")];
     let mut decisions = ApprovalDecisions::new();
     let (mut human_turn, mut surfaced, mut last) = (0, Vec::new(), None);
@@ -381,8 +400,11 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
     saw(2, obs_now.denied.len());
     saw(3, obs_now.approvals.len());
     saw(7, obs_now.emitted);
-    let admitted: std::collections::HashSet<_> =
-        obs_now.seen.iter().map(|(_, c)| (&c.agent, &c.id)).collect();
+    let admitted: std::collections::HashSet<_> = obs_now
+        .seen
+        .iter()
+        .map(|(_, c)| (&c.agent, &c.id))
+        .collect();
     saw(8, admitted.len());
     check::governance(&case, &obs_now)?;
     check::child_approvals(&obs_now, &surfaced)?;
@@ -416,10 +438,17 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
         .build()
         .unwrap();
     let again = restarted
-        .call_with(vec![Msg::user("again")], RunContext::new().with_session_id("s"))
+        .call_with(
+            vec![Msg::user("again")],
+            RunContext::new().with_session_id("s"),
+        )
         .await;
     checked(2);
-    prop_assert!(again.is_ok(), "the stored session did not continue: {:?}", again.err());
+    prop_assert!(
+        again.is_ok(),
+        "the stored session did not continue: {:?}",
+        again.err()
+    );
     let reloaded = restarted.messages(&key("s")).await;
     if let Some(v) = model::history_violation(&reloaded, false) {
         prop_assert!(false, "the reloaded session is not a valid history: {}", v);
@@ -484,7 +513,12 @@ async fn stream_with_busy_child(release: StreamRelease, words: usize) -> Vec<Age
         .model(model)
         .without_global_hooks()
         .stream_release(release)
-        .subagent(SubagentDeclaration::builder("c").description("c").build().unwrap())
+        .subagent(
+            SubagentDeclaration::builder("c")
+                .description("c")
+                .build()
+                .unwrap(),
+        )
         .build()
         .unwrap();
     agent

@@ -12,6 +12,8 @@ pub const TOOLS: [&str; 3] = ["lookup", "refund", "note"];
 pub const DECLS: [&str; 3] = ["d0", "d1", "d2"];
 /// The custom factory's subagent id.
 pub const FACTORY: &str = "fx";
+/// The Markdown-declared subagent's id.
+pub const MARKDOWN: &str = "m0";
 /// Personal data the masker detects: a mobile number, an e-mail, an 18-digit ID number.
 pub const PII: [&str; 3] = ["13800138000", "li.lei@example.com", "11010519491231002X"];
 
@@ -148,11 +150,13 @@ pub struct Case {
     pub general_purpose: bool,
     /// A custom factory that tries to widen (a rogue `lookup`, a larger depth).
     pub factory: bool,
+    /// A workspace declaring [`MARKDOWN`] with this allowlist.
+    pub markdown: Option<Vec<&'static str>>,
     pub max_depth: u32,
     pub max_calls: usize,
     /// `None`: `Agent::run`; else `Agent::stream` with this release mode.
     pub stream: Option<StreamRelease>,
-    /// Scripts by agent: root, `DECLS[..]`, general-purpose, factory.
+    /// Scripts by agent: root, `DECLS[..]`, general-purpose, factory, Markdown.
     pub scripts: Vec<Vec<Turn>>,
     /// Chunk sizes for streamed text.
     pub splits: Vec<usize>,
@@ -167,7 +171,11 @@ impl Case {
             "root" => 0,
             rein::GENERAL_PURPOSE => DECLS.len() + 1,
             FACTORY => DECLS.len() + 2,
-            other => DECLS.iter().position(|d| *d == other).map_or(usize::MAX, |i| i + 1),
+            MARKDOWN => DECLS.len() + 3,
+            other => DECLS
+                .iter()
+                .position(|d| *d == other)
+                .map_or(usize::MAX, |i| i + 1),
         };
         self.scripts.get(i).map_or(&[], Vec::as_slice)
     }
@@ -248,17 +256,18 @@ fn approval() -> impl Strategy<Value = Approval> {
     ]
 }
 
+fn allow() -> impl Strategy<Value = Vec<&'static str>> {
+    prop::sample::subsequence(vec!["lookup", "refund", "note", rein::SPAWN_TOOL], 0..=4)
+}
+
 fn decl() -> impl Strategy<Value = DeclSpec> {
-    (
-        prop::sample::subsequence(vec!["lookup", "refund", "note", rein::SPAWN_TOOL], 0..=4),
-        prop::collection::vec(hook(), 0..3),
-        2u32..5,
-    )
-        .prop_map(|(allow, hooks, steps)| DeclSpec {
+    (allow(), prop::collection::vec(hook(), 0..3), 2u32..5).prop_map(|(allow, hooks, steps)| {
+        DeclSpec {
             allow,
             hooks,
             steps,
-        })
+        }
+    })
 }
 
 fn call() -> impl Strategy<Value = Call> {
@@ -266,7 +275,7 @@ fn call() -> impl Strategy<Value = Call> {
         8 => (0..TOOLS.len()).prop_map(Target::Tool),
         1 => Just(Target::Unknown),
         3 => (0..DECLS.len()).prop_map(Target::Spawn),
-        1 => (DECLS.len()..DECLS.len() + 3).prop_map(Target::Spawn),
+        2 => (DECLS.len()..DECLS.len() + 4).prop_map(Target::Spawn),
     ];
     let args = prop_oneof![
         12 => any::<u8>().prop_map(Args::Good),
@@ -308,8 +317,13 @@ pub fn case() -> impl Strategy<Value = Case> {
     let tree = (
         prop::collection::vec(decl(), 1..=DECLS.len()),
         prop::bool::weighted(0.3),
-        prop::bool::weighted(if FACTORIES_NARROW_BY_INSTANCE { 0.3 } else { 0.0 }),
+        prop::bool::weighted(if FACTORIES_NARROW_BY_INSTANCE {
+            0.3
+        } else {
+            0.0
+        }),
         1u32..=3,
+        prop::option::weighted(0.3, allow()),
     );
     let chain = (
         prop::collection::vec(hook(), 0..6),
@@ -323,13 +337,13 @@ pub fn case() -> impl Strategy<Value = Case> {
             Just(Some(StreamRelease::Immediate)),
             Just(Some(StreamRelease::AfterAcceptance)),
         ],
-        prop::collection::vec(prop::collection::vec(turn(), 0..5), DECLS.len() + 3),
+        prop::collection::vec(prop::collection::vec(turn(), 0..5), DECLS.len() + 4),
         prop::collection::vec(1usize..9, 1..6),
         prop::collection::vec(answer(), 1..6),
     );
     (tree, chain, run).prop_map(
         |(
-            (decls, general_purpose, factory, max_depth),
+            (decls, general_purpose, factory, max_depth, markdown),
             (hooks, approval, mask),
             (max_calls, stream, scripts, splits, human),
         )| Case {
@@ -339,6 +353,7 @@ pub fn case() -> impl Strategy<Value = Case> {
             decls,
             general_purpose,
             factory,
+            markdown,
             max_depth,
             max_calls,
             stream,

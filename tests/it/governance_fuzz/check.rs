@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use rein::hooks::SensitiveDataMasker;
 use rein::*;
 
-use super::case::{Case, DECLS, FACTORY, Kind, TOOLS};
+use super::case::{Case, DECLS, FACTORY, Kind, MARKDOWN, TOOLS};
 use super::hooks::{CallRec, Obs, interest_of};
 use super::{CHILD_APPROVALS_SURFACE, CHILD_STREAMS_MASKED, checked};
 
@@ -60,6 +60,10 @@ pub fn allowlist(case: &Case, name: &str) -> Vec<String> {
     if name == FACTORY {
         return vec!["lookup".into()];
     }
+    if name == MARKDOWN {
+        let allow = case.markdown.as_deref().unwrap_or_default();
+        return allow.iter().map(|t| t.to_string()).collect();
+    }
     DECLS
         .iter()
         .position(|d| *d == name)
@@ -68,7 +72,7 @@ pub fn allowlist(case: &Case, name: &str) -> Vec<String> {
 }
 
 pub fn has_subagents(case: &Case) -> bool {
-    !case.decls.is_empty() || case.general_purpose || case.factory
+    !case.decls.is_empty() || case.general_purpose || case.factory || case.markdown.is_some()
 }
 
 /// The tools the agent `id` may run.
@@ -125,10 +129,10 @@ pub fn governance(case: &Case, obs: &Obs) -> Result<(), TestCaseError> {
             call.id
         );
         let links = chain(case, obs, &call.agent);
-        for (label, pre, _) in links.iter().filter(|l| l.1) {
+        for (label, _, _) in links.iter().filter(|l| l.1) {
             checked(1);
             prop_assert!(
-                *pre && saw(obs, label, call),
+                saw(obs, label, call),
                 "{} ran {:?} that hook {} never saw in that form",
                 agent.name,
                 call,

@@ -164,12 +164,15 @@ impl Gov {
                 let u = e.tool_use();
                 let amount = u.input["amount"].as_f64().unwrap_or(0.0);
                 let q = u.input["q"].as_str().unwrap_or("");
-                if (u.name == "refund" && amount > 100.0) || (u.name == "lookup" && q.contains("secret"))
+                if (u.name == "refund" && amount > 100.0)
+                    || (u.name == "lookup" && q.contains("secret"))
                 {
                     e.deny(format!("{} denies these arguments", self.label));
                 }
             }
-            (Kind::Rewrite | Kind::Flip, HookEvent::PreActing(e)) if e.tool_use().name == "lookup" => {
+            (Kind::Rewrite | Kind::Flip, HookEvent::PreActing(e))
+                if e.tool_use().name == "lookup" =>
+            {
                 let mut u = e.tool_use().clone();
                 u.input["q"] = match self.spec.kind {
                     Kind::Flip => json!(format!("{}!", u.input["q"].as_str().unwrap_or(""))),

@@ -8,7 +8,7 @@ use futures::StreamExt;
 use rein::*;
 use serde_json::{Value, json};
 
-use super::case::{Args, Call, Case, DECLS, FACTORY, Id, PII, TOOLS, Target, Turn};
+use super::case::{Args, Call, Case, DECLS, FACTORY, Id, MARKDOWN, PII, TOOLS, Target, Turn};
 use super::hooks::{CallRec, Shared};
 
 /// The first rule of a stored conversation that `messages` breaks, if any: every tool
@@ -92,11 +92,16 @@ impl FuzzModel {
             let t = format!("The customer's number is {data}. ");
             out.extend(self.pieces(&t).into_iter().map(ModelChunk::Thinking));
         }
-        let lead = if *long { "12 ".repeat(90) } else { String::new() };
-        let text = format!(
-            "{lead}{}Your contact on file: {data}. Done.",
-            if *bad { "BAD " } else { "" }
-        );
+        // A long run of soft characters right before the data: the stream's carry
+        // buffer overflows inside the number.
+        let text = if *long {
+            format!("{}{data}. Done.", "12 ".repeat(86))
+        } else {
+            format!(
+                "{}Your contact on file: {data}. Done.",
+                if *bad { "BAD " } else { "" }
+            )
+        };
         out.extend(self.pieces(&text).into_iter().map(ModelChunk::Text));
         out
     }
@@ -122,7 +127,10 @@ impl FuzzModel {
                 last_id = Some(id.clone());
             }
             let half = args.len() / 2;
-            let cut = (0..=half).rev().find(|i| args.is_char_boundary(*i)).unwrap_or(0);
+            let cut = (0..=half)
+                .rev()
+                .find(|i| args.is_char_boundary(*i))
+                .unwrap_or(0);
             out.push(ModelChunk::ToolCall {
                 index,
                 id,
@@ -143,13 +151,21 @@ impl FuzzModel {
 fn name_and_args(c: &Call) -> (String, String) {
     let (name, good, bad) = match c.target {
         Target::Tool(0) | Target::Unknown => (
-            if matches!(c.target, Target::Unknown) { "format_disk" } else { "lookup" },
+            if matches!(c.target, Target::Unknown) {
+                "format_disk"
+            } else {
+                "lookup"
+            },
             vec![json!({"q": "A1"}), json!({"q": "secret-7"})],
             json!({"query": "A1"}),
         ),
         Target::Tool(1) => (
             "refund",
-            vec![json!({"amount": 1}), json!({"amount": 50}), json!({"amount": 5000})],
+            vec![
+                json!({"amount": 1}),
+                json!({"amount": 50}),
+                json!({"amount": 5000}),
+            ],
             json!({"amount": "lots", "extra": true}),
         ),
         Target::Tool(_) => ("note", vec![json!({"text": "hello"})], json!({})),
@@ -157,7 +173,11 @@ fn name_and_args(c: &Call) -> (String, String) {
             let to = DECLS
                 .get(i)
                 .copied()
-                .or_else(|| [GENERAL_PURPOSE, FACTORY, "ghost"].get(i - DECLS.len()).copied())
+                .or_else(|| {
+                    [GENERAL_PURPOSE, FACTORY, MARKDOWN, "ghost"]
+                        .get(i - DECLS.len())
+                        .copied()
+                })
                 .unwrap_or("ghost");
             (
                 SPAWN_TOOL,
@@ -170,9 +190,9 @@ fn name_and_args(c: &Call) -> (String, String) {
     let raw = match c.args {
         Args::Good(b) => pick(b).to_string(),
         Args::DoubleEncoded(b) => Value::String(pick(b).to_string()).to_string(),
-        Args::NotObject(b) => ["[5000]", "42", r#""just text""#, "{not json", "null"]
-            [usize::from(b) % 5]
-            .to_owned(),
+        Args::NotObject(b) => {
+            ["[5000]", "42", r#""just text""#, "{not json", "null"][usize::from(b) % 5].to_owned()
+        }
         Args::BadShape => bad.to_string(),
     };
     (name.to_owned(), raw)
@@ -201,7 +221,10 @@ impl Model for FuzzModel {
                 rest.split('`').next().map(str::to_owned)
             })
             .unwrap_or_else(|| "root".to_owned());
-        let turn_no = messages.iter().filter(|m| m.role == Role::Assistant).count();
+        let turn_no = messages
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .count();
         let script = self.case.script(&name);
         let mut turn = script.get(turn_no).cloned().unwrap_or(Turn::Text {
             pii: Some(turn_no % PII.len()),
@@ -255,21 +278,26 @@ pub fn recording_tool(name: &'static str, tag: &'static str, obs: &Shared) -> Fu
                     "required": ["q"], "additionalProperties": false}),
     };
     let obs = Arc::clone(obs);
-    FunctionTool::with_context(name, format!("The {name} tool."), schema, move |args, ctx| {
-        let obs = Arc::clone(&obs);
-        async move {
-            obs.lock().unwrap().executed.push((
-                CallRec {
-                    agent: ctx.agent().id.clone(),
-                    id: ctx.tool_use_id().to_owned(),
-                    name: name.to_owned(),
-                    input: args,
-                },
-                tag,
-            ));
-            Ok(format!("{name} done; customer {} / {}", PII[0], PII[1]))
-        }
-    })
+    FunctionTool::with_context(
+        name,
+        format!("The {name} tool."),
+        schema,
+        move |args, ctx| {
+            let obs = Arc::clone(&obs);
+            async move {
+                obs.lock().unwrap().executed.push((
+                    CallRec {
+                        agent: ctx.agent().id.clone(),
+                        id: ctx.tool_use_id().to_owned(),
+                        name: name.to_owned(),
+                        input: args,
+                    },
+                    tag,
+                ));
+                Ok(format!("{name} done; customer {} / {}", PII[0], PII[1]))
+            }
+        },
+    )
 }
 
 /// The root's toolkit: every tool in [`TOOLS`].
