@@ -4,7 +4,9 @@
 //! `examples/subagents_workspace/subagents/log-analyst.md`. The parent's governance hook
 //! is inherited: it sees the child's tool calls and denies a query for personal data.
 //! A hook-contributed `delete_logs` tool is installed on the parent, but not on the
-//! child, whose allowlist names only `query_logs`. Runs offline on a ScriptedModel, or
+//! child, whose allowlist names only `query_logs` and `lookup_order`; the child's own
+//! isolated workspace (`workspaces/log-analyst/tools.json`) denies `lookup_order`, so
+//! the child gets `query_logs` alone: a child policy only narrows. Runs offline on a ScriptedModel, or
 //! on a real model when an API key is set and its feature is on (see the quickstart
 //! example); the first output line says which.
 
@@ -146,7 +148,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if real.is_some() {
         return Ok(());
     }
-    // The child was offered only its allowlisted tool: no delete_logs, no agent_spawn.
+    // The child was offered only `query_logs`: no delete_logs (hook tool, not in the
+    // allowlist), no lookup_order (denied by the child workspace), no agent_spawn.
     let child_request = &script.requests()[1];
     let offered: Vec<&str> = child_request
         .tools

@@ -53,13 +53,7 @@ impl DispatchProbe {
         if !self.chain.wants(EventKind::PreActing) {
             return Ok(tool_use);
         }
-        let mut ev = HookEvent::PreActing(PreActingEvent {
-            meta: self.meta.clone(),
-            tool_use,
-            denial: None,
-            changed: false,
-            changed_by: None,
-        });
+        let mut ev = HookEvent::PreActing(PreActingEvent::new(self.meta.clone(), tool_use));
         if self.chain.is_sync(EventKind::PreActing) {
             self.chain.dispatch_sync(&mut ev)?;
         } else {

@@ -149,7 +149,10 @@ impl Error {
 
     /// A broken runtime invariant (a rein bug), never blamed on the caller.
     pub(crate) fn internal(what: &str) -> Self {
-        Self::new(ErrorKind::Internal, format!("internal error (a rein bug): {what}"))
+        Self::new(
+            ErrorKind::Internal,
+            format!("internal error (a rein bug): {what}"),
+        )
     }
 
     /// The kind of failure.
@@ -230,6 +233,12 @@ pub enum BuildErrorKind {
     /// synchronous `build()` was used where `build_async()` is required. The message
     /// names the server.
     Mcp,
+    /// A [`SubagentFactory`](crate::SubagentFactory) tried to widen its child beyond
+    /// what the runtime granted: it put a tool instance the parent does not hold under a
+    /// name the parent can call, or raised a limit (`max_depth`, `max_iters`,
+    /// `max_gotos`, `tool_timeout`, `hook_timeout`). The spawn fails; the message names
+    /// the tool or the limit.
+    Widening,
 }
 
 /// An agent (or declaration) could not be built.

@@ -77,6 +77,14 @@
 //! 5. Per-call state lives in the call ([`RunContext::extensions`]), not in hooks.
 //! 6. Each hook decides whether its failures abort the call or are only logged;
 //!    panics and timeouts count as failures; the caller never sees a panic.
+//! 7. The tool call that runs is the one every subscribed `PreActing` hook saw in its
+//!    final form: calls are admitted (arguments normalised, malformed or unknown calls
+//!    refused) before any hook, and a rewrite sends the hooks that had not seen it
+//!    through the call again (see [`agent::MAX_PRE_ACTING_PASSES`]).
+//! 8. Tool-call ids are assigned by the runtime, unique per call; an approval decision
+//!    applies only to the call it was made for.
+//! 9. A streaming caller can be shown only turns the post-hooks accepted
+//!    ([`StreamRelease::AfterAcceptance`]).
 
 pub mod agent;
 #[doc(hidden)]
@@ -93,9 +101,9 @@ pub mod tool;
 mod util;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions, StreamRelease,
+    Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions,
     FileSessionStore, InMemorySessionStore, RunContext, SessionKey, SessionStore, StopReason,
-    StoreError, StoreErrorKind, StoredSession,
+    StoreError, StoreErrorKind, StoredSession, StreamRelease,
 };
 pub use error::{BuildError, BuildErrorKind, Error, ErrorKind, HookFailureKind};
 pub use hook::{
@@ -120,6 +128,7 @@ pub use subagent::{
     GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentDeclarationBuilder,
     SubagentFactory,
 };
+pub use subagent::{SubagentWorkspace, WorkspaceMode};
 pub use tool::{
     FunctionTool, IntoTool, Tool, ToolContext, ToolError, ToolSchema, Toolkit, ToolkitError,
 };

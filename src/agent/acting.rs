@@ -48,6 +48,20 @@ use crate::util::panic_message;
 /// rewriting hooks' outputs are stable.
 pub const MAX_PRE_ACTING_PASSES: u32 = 4;
 
+/// How an acting step ended.
+pub(super) enum Acted {
+    /// Every call has its result; the loop reasons again.
+    Continue,
+    /// A `PostActing` hook stopped the loop: the turn's tool message.
+    Stopped(Msg),
+    /// A delegation call was suspended (its subagent waits for a human): the turn's
+    /// assistant message, listing the waiting calls in its metadata.
+    Suspended(Msg),
+}
+
+/// What running one call gave: its result, or the calls it was suspended on.
+type Ran = (ToolResult, Option<Vec<Value>>);
+
 /// A tool call after admission and `PreActing`.
 pub(super) struct Planned {
     pub(super) tool_use: ToolUse,
@@ -106,7 +120,7 @@ impl Call<'_> {
         &mut self,
         memory: &mut CallMemory,
         uses: Vec<ToolUse>,
-    ) -> Result<Option<Msg>, Error> {
+    ) -> Result<Acted, Error> {
         let limit = self.agent.limits.max_tool_calls_per_turn;
         let total = uses.len();
         let mut planned = Vec::with_capacity(uses.len());
@@ -172,7 +186,16 @@ impl Call<'_> {
         let results = self.execute(&planned).await;
         let mut stop = false;
         let mut batch = None;
-        for (p, result) in planned.into_iter().zip(results) {
+        let mut waiting: Vec<Value> = Vec::new();
+        let mut suspended = false;
+        for (p, (result, pending)) in planned.into_iter().zip(results) {
+            if let Some(pending) = pending {
+                // No result: the call stays pending in memory and runs again when the
+                // session resumes (the subagent then resumes where it stopped).
+                suspended = true;
+                waiting.extend(pending);
+                continue;
+            }
             let result = if self.wants(EventKind::PostActing) {
                 let mut ev = HookEvent::PostActing(PostActingEvent {
                     meta: self.meta.clone(),
@@ -193,13 +216,31 @@ impl Call<'_> {
             emit(self.sink, || AgentEvent::ToolResult(result.clone()));
             batch = Some(memory.record_result(batch, result));
         }
+        if suspended {
+            let mut msg = memory
+                .messages()
+                .iter()
+                .rev()
+                .find(|m| m.role == crate::message::Role::Assistant)
+                .cloned()
+                .unwrap_or_else(|| Msg::assistant(""));
+            let ids: Vec<Value> = waiting
+                .iter()
+                .filter_map(|w| w.get("id").cloned())
+                .collect();
+            msg.metadata
+                .insert(super::PENDING_CALL_IDS_KEY.to_owned(), Value::Array(ids));
+            msg.metadata
+                .insert(super::PENDING_CALLS_KEY.to_owned(), Value::Array(waiting));
+            return Ok(Acted::Suspended(msg));
+        }
         if stop {
             let msg = batch
                 .and_then(|i| memory.messages().get(i).cloned())
                 .unwrap_or_else(|| Msg::tool([]));
-            return Ok(Some(msg));
+            return Ok(Acted::Stopped(msg));
         }
-        Ok(None)
+        Ok(Acted::Continue)
     }
 
     /// Admission of one call before any hook: normalises its arguments (memory records
@@ -252,13 +293,7 @@ impl Call<'_> {
     async fn pre_acting(&self, tool_use: ToolUse) -> Result<PreActingEvent, Error> {
         let chain = &self.agent.chain;
         let full = chain.subscribers(EventKind::PreActing);
-        let mut ev = HookEvent::PreActing(PreActingEvent {
-            meta: self.meta.clone(),
-            tool_use,
-            denial: None,
-            changed: false,
-            changed_by: None,
-        });
+        let mut ev = HookEvent::PreActing(PreActingEvent::new(self.meta.clone(), tool_use));
         let mut stale: Cow<'_, [u16]> = Cow::Borrowed(full);
         let mut passes = 0;
         loop {
@@ -336,7 +371,7 @@ impl Call<'_> {
     /// Runs the turn's calls: contiguous concurrency-safe calls together (at most the
     /// agent's tool concurrency at once), an unsafe call alone; results in call order.
     /// Progress chunks are routed to `ActingChunk` hooks while the tools run.
-    async fn execute(&self, planned: &[Planned]) -> Vec<ToolResult> {
+    async fn execute(&self, planned: &[Planned]) -> Vec<Ran> {
         let listen = self.wants(EventKind::ActingChunk) || self.sink.is_some();
         let (tx, mut rx): (
             Option<UnboundedSender<ProgressChunk>>,
@@ -429,7 +464,7 @@ impl Call<'_> {
         p: &Planned,
         index: usize,
         progress: Option<UnboundedSender<ProgressChunk>>,
-    ) -> ToolResult {
+    ) -> Ran {
         let ToolUse { id, name, input } = &p.tool_use;
         let span = tracing::info_span!(
             "execute_tool",
@@ -447,10 +482,17 @@ impl Call<'_> {
                 span.record("gen_ai.tool.call.arguments", input.to_string());
             }
         }
+        let suspend = self
+            .agent
+            .delegation
+            .as_ref()
+            .map(|_| Arc::new(std::sync::Mutex::new(None)));
         let (mut result, status) = self
-            .run_tool_in_span(p, index, progress)
+            .run_tool_in_span(p, index, progress, suspend.clone())
             .instrument(span.clone())
             .await;
+        let pending =
+            suspend.and_then(|slot| slot.lock().unwrap_or_else(PoisonError::into_inner).take());
         self.cap_result(&mut result);
         span.record("rein.tool.status", status);
         if self.agent.record_content && !span.is_disabled() {
@@ -461,7 +503,7 @@ impl Call<'_> {
             crate::observe::metrics_impl::tool_label(self.agent.tool_labels.as_deref(), name),
             status,
         );
-        result
+        (result, pending)
     }
 
     /// Truncates a result longer than the agent's maximum (on a char boundary) and
@@ -497,6 +539,7 @@ impl Call<'_> {
         p: &Planned,
         index: usize,
         progress: Option<UnboundedSender<ProgressChunk>>,
+        suspend: Option<Arc<std::sync::Mutex<Option<Vec<Value>>>>>,
     ) -> (ToolResult, &'static str) {
         let ToolUse { id, name, input } = &p.tool_use;
         if let Some((text, status)) = &p.rejection {
@@ -527,6 +570,7 @@ impl Call<'_> {
             index,
             progress,
             events: self.sink.cloned(),
+            suspend,
         };
         let limit = entry.tool.timeout().unwrap_or(self.agent.tool_timeout);
         // Created inside the guarded block: a tool that panics before returning its

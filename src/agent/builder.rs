@@ -173,6 +173,14 @@ impl AgentBuilder {
         self
     }
 
+    /// The toolkit set so far. In a [`SubagentFactory::configure`], these are the tools
+    /// the child inherits: narrow them with [`Toolkit::filtered`] (which shares the
+    /// instances) and pass the result to [`AgentBuilder::toolkit`]; a different instance
+    /// under a name the parent can call fails the spawn.
+    pub fn current_toolkit(&self) -> &Toolkit {
+        &self.toolkit
+    }
+
     /// Adds a hook: a value, or an `Arc` of one (the same `Arc` added twice, here or
     /// through a registry, runs once per event).
     pub fn hook(mut self, h: impl IntoHook) -> Self {
@@ -285,9 +293,17 @@ impl AgentBuilder {
     }
 
     /// Uses a workspace folder: `<ws>/tools.json` bounds this agent's tools and every
-    /// subagent's (a file that exists but cannot be read or parsed fails the build), and
-    /// `<ws>/subagents/*.md` declares subagents — those present now are checked at
-    /// `build()`, later changes are picked up before each reasoning step.
+    /// subagent's, and `<ws>/subagents/*.md` declares subagents — those present now are
+    /// checked at `build()`, later changes (judged by file content, not size or mtime)
+    /// are picked up before each reasoning step.
+    ///
+    /// Fails closed at `build()` ([`BuildErrorKind::Workspace`], naming the path): the
+    /// folder must exist and be a directory ([`SpecErrorKind::Missing`] otherwise), and
+    /// only a `tools.json` with no directory entry at all means "no policy" — a dangling
+    /// symlink ([`SpecErrorKind::Missing`]), an unreadable file or a malformed one is an
+    /// error.
+    ///
+    /// [`SpecErrorKind::Missing`]: crate::subagent::spec::SpecErrorKind::Missing
     pub fn workspace(mut self, path: impl Into<PathBuf>) -> Self {
         self.workspace = Some(path.into());
         self
@@ -436,8 +452,9 @@ impl AgentBuilder {
     /// - [`BuildErrorKind::InvalidHook`] when a hook's `validate()` fails;
     /// - [`BuildErrorKind::Tool`] when a surviving hook tool's name is taken, its schema
     ///   is invalid, or a tool is named like the delegation tool;
-    /// - [`BuildErrorKind::Workspace`] for an unreadable or malformed `tools.json` or
-    ///   subagent file (naming file, line and key);
+    /// - [`BuildErrorKind::Workspace`] for a workspace folder that does not exist, a
+    ///   dangling, unreadable or malformed `tools.json`, or a broken subagent file
+    ///   (naming file, line and key);
     /// - [`BuildErrorKind::InvalidDeclaration`] for duplicate subagent ids or an
     ///   allowlist naming a tool this agent cannot call;
     /// - [`BuildErrorKind::Mcp`] when MCP servers are declared: without the feature `mcp`
@@ -471,7 +488,10 @@ impl AgentBuilder {
             ));
         }
         for (value, what) in [
-            (self.limits.max_tool_calls_per_turn, "max_tool_calls_per_turn"),
+            (
+                self.limits.max_tool_calls_per_turn,
+                "max_tool_calls_per_turn",
+            ),
             (self.limits.tool_concurrency, "tool_concurrency"),
             (self.limits.max_tool_result_bytes, "max_tool_result_bytes"),
         ] {
@@ -521,6 +541,7 @@ impl AgentBuilder {
             }
         };
         let bound = Bound {
+            own_policy: self.child.as_ref().and_then(|c| c.own_policy.as_deref()),
             allow: self
                 .child
                 .as_ref()
@@ -629,6 +650,10 @@ impl AgentBuilder {
                         .collect(),
                     options: self.options.clone(),
                     policy: policy.clone(),
+                    workspace: match &self.child {
+                        Some(c) => c.workspace.clone(),
+                        None => self.workspace.clone(),
+                    },
                     hook_tool_filter: self.hook_tool_filter.clone(),
                     max_depth: self.max_depth,
                     max_iters_default: self.max_iters,
@@ -638,6 +663,8 @@ impl AgentBuilder {
                     trail: self.trail,
                     record_content: self.record_content,
                     tool_labels: self.tool_labels.clone(),
+                    limits: self.limits,
+                    stream_release: self.stream_release,
                 };
                 let delegation = Arc::new(Delegation::new(registry, template));
                 if self.child.is_none() {
@@ -715,6 +742,8 @@ struct Bound<'a> {
     /// The declaration's allowlist (empty: no allowlist).
     allow: &'a [String],
     policy: Option<&'a ToolsPolicy>,
+    /// The child's own isolated workspace policy (children only).
+    own_policy: Option<&'a ToolsPolicy>,
     /// The parent's callable tools (children only).
     callable: Option<&'a HashSet<String>>,
 }
@@ -723,6 +752,7 @@ impl Bound<'_> {
     fn permits(&self, name: &str) -> bool {
         (self.allow.is_empty() || self.allow.iter().any(|a| a == name))
             && self.policy.is_none_or(|p| p.permits(name, SPAWN_TOOL))
+            && self.own_policy.is_none_or(|p| p.permits(name, SPAWN_TOOL))
             && self.callable.is_none_or(|c| c.contains(name))
     }
 }

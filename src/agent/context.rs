@@ -247,6 +247,21 @@ impl RunContext {
         (derived, ActiveRun { flag })
     }
 
+    /// The context of a subagent call made during this run: a fresh run on
+    /// `session`, same user, with the values the caller stored before the run (the
+    /// same `Arc`s: approval decisions reach the subagent that waits for them) but none
+    /// of this run's own state.
+    pub(crate) fn child_context(&self, session: &str) -> RunContext {
+        RunContext {
+            ids: Arc::new(Ids {
+                run_id: new_id("run"),
+                session_id: session.to_owned(),
+                user_id: self.ids.user_id.clone(),
+            }),
+            extensions: self.extensions.snapshot(),
+        }
+    }
+
     fn ids_mut(&mut self) -> &mut Ids {
         Arc::make_mut(&mut self.ids)
     }

@@ -41,10 +41,10 @@
 //! session with atomic replace; [`InMemorySessionStore`] shares sessions inside one
 //! process.
 
+mod acting;
 mod builder;
 mod context;
 mod file_store;
-mod acting;
 mod memory;
 mod run;
 mod store;
@@ -86,7 +86,25 @@ pub enum StopReason {
     ActingStopped,
     /// `max_iters` was reached; the reply is the summary.
     MaxIterations,
+    /// A subagent stopped with tool calls waiting (for a human's approval): the
+    /// delegation call that reached it is pending in this agent's session, and the
+    /// reply — the turn's assistant message — lists every waiting call of the
+    /// delegation tree under [`PENDING_CALLS_KEY`] (with [`PENDING_CALL_IDS_KEY`]).
+    /// Resume with an empty input and the decisions in the run context: they reach the
+    /// subagent that waits, which runs the approved calls once and continues.
+    SubagentStopped,
 }
+
+/// Metadata key on a stopped reply: the ids of the tool calls waiting for a decision,
+/// anywhere in the delegation tree (a JSON array of strings).
+pub const PENDING_CALL_IDS_KEY: &str = "rein.approval_pending";
+
+/// Metadata key on a stopped reply: the tool calls waiting for a decision, anywhere in
+/// the delegation tree, in full: a JSON array of objects with `id`, `name`, `input`
+/// (the call, deserializable as a [`ToolUse`](crate::ToolUse)), `agent` (the path of
+/// agent names from this agent down to the one that waits, `/`-separated) and
+/// `agent_id`.
+pub const PENDING_CALLS_KEY: &str = "rein.approval_pending_calls";
 
 /// The result of a call, with what it cost.
 #[derive(Clone, Debug)]
@@ -113,6 +131,19 @@ pub(crate) struct Limits {
     pub(crate) max_tool_calls_per_turn: usize,
     pub(crate) tool_concurrency: usize,
     pub(crate) max_tool_result_bytes: usize,
+}
+
+impl Limits {
+    /// Each limit the smaller of the two (a child's limits never exceed its parent's).
+    pub(crate) fn at_most(&self, parent: &Limits) -> Limits {
+        Limits {
+            max_tool_calls_per_turn: self
+                .max_tool_calls_per_turn
+                .min(parent.max_tool_calls_per_turn),
+            tool_concurrency: self.tool_concurrency.min(parent.tool_concurrency),
+            max_tool_result_bytes: self.max_tool_result_bytes.min(parent.max_tool_result_bytes),
+        }
+    }
 }
 
 impl Default for Limits {
@@ -305,7 +336,17 @@ impl Agent {
 
     /// Forgets a session held in memory (a configured store is not touched: the next
     /// call on the session loads it again). Returns whether it was present.
+    ///
+    /// Forgetting cascades down the delegation tree: the conversations subagents held
+    /// for this session (`<child id>@<session>`, and their own children's, at every
+    /// depth) are forgotten too, so a later spawn in this session starts fresh. Child
+    /// conversations have no other eviction: each subagent holds at most one per parent
+    /// session that spawned it, until that session is forgotten, the child is rebuilt
+    /// (its declaration file changed) or the agent is dropped.
     pub fn forget_session(&self, key: &SessionKey) -> bool {
+        if let Some(delegation) = &self.inner.delegation {
+            delegation.forget_children(key);
+        }
         self.inner.sessions.remove(key)
     }
 }

@@ -8,6 +8,7 @@ use futures::{FutureExt, StreamExt};
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender as EventSender;
 
+use super::acting::Acted;
 use super::memory::{CallMemory, Persistence, SessionKey};
 use super::stream::AgentEvent;
 use super::{AgentInner, CallOutcome, RunContext, StopReason};
@@ -360,10 +361,15 @@ impl Call<'_> {
             .map(|p| Arc::new(Msg::system(p)));
 
         let resume = self.admit_input(memory, input)?;
-        if let Some(batch) = resume
-            && let Some(stopped) = self.act(memory, batch).await?
-        {
-            return self.finish(stopped, StopReason::ActingStopped).await;
+        if let Some(batch) = resume {
+            match self.act(memory, batch).await? {
+                Acted::Continue => {}
+                Acted::Stopped(msg) => return self.finish(msg, StopReason::ActingStopped).await,
+                Acted::Suspended(msg) => {
+                    memory.disarm();
+                    return self.finish(msg, StopReason::SubagentStopped).await;
+                }
+            }
         }
 
         let mut iteration: u32 = 0;
@@ -408,8 +414,13 @@ impl Call<'_> {
                 continue;
             }
             memory.push(msg);
-            if let Some(stopped) = self.act(memory, uses).await? {
-                return self.finish(stopped, StopReason::ActingStopped).await;
+            match self.act(memory, uses).await? {
+                Acted::Continue => {}
+                Acted::Stopped(msg) => return self.finish(msg, StopReason::ActingStopped).await,
+                Acted::Suspended(msg) => {
+                    memory.disarm();
+                    return self.finish(msg, StopReason::SubagentStopped).await;
+                }
             }
             iteration += 1;
         }
@@ -474,10 +485,9 @@ impl Call<'_> {
         let mut results = Vec::new();
         let mut others = Vec::new();
         for mut m in input {
-            let (r, o): (Vec<ContentBlock>, Vec<ContentBlock>) = m
-                .content
-                .into_iter()
-                .partition(|b| matches!(b, ContentBlock::ToolResult(r) if supplied.contains(&r.id)));
+            let (r, o): (Vec<ContentBlock>, Vec<ContentBlock>) = m.content.into_iter().partition(
+                |b| matches!(b, ContentBlock::ToolResult(r) if supplied.contains(&r.id)),
+            );
             results.extend(r);
             if !o.is_empty() {
                 m.content = o;
@@ -862,9 +872,9 @@ fn check_input_exchanges(
         .iter()
         .map(|m| {
             let mut m = m.clone();
-            m.content.retain(|b| {
-                !matches!(b, ContentBlock::ToolResult(r) if pending.contains(r.id.as_str()))
-            });
+            m.content.retain(
+                |b| !matches!(b, ContentBlock::ToolResult(r) if pending.contains(r.id.as_str())),
+            );
             m
         })
         .filter(|m| !m.content.is_empty())

@@ -450,9 +450,35 @@ pub struct PreActingEvent {
     /// (`None` for the runtime or no change): the hooks before it have not seen the
     /// call's final form and run again.
     pub(crate) changed_by: Option<u16>,
+    /// The call as admitted, before the first rewrite (set on the first change only).
+    pub(crate) original: Option<Box<ToolUse>>,
 }
 
 impl PreActingEvent {
+    /// A `PreActing` event for a call as admitted.
+    pub(crate) fn new(meta: EventMeta, tool_use: ToolUse) -> Self {
+        Self {
+            meta,
+            tool_use,
+            denial: None,
+            changed: false,
+            changed_by: None,
+            original: None,
+        }
+    }
+
+    /// The call as the model asked for it (after the runtime's admission, before any
+    /// hook rewrote it). Equal to [`PreActingEvent::tool_use`] while no hook changed
+    /// the call.
+    pub fn original_tool_use(&self) -> &ToolUse {
+        self.original.as_deref().unwrap_or(&self.tool_use)
+    }
+
+    /// Whether a hook changed the call's name or arguments.
+    pub fn was_rewritten(&self) -> bool {
+        self.changed
+    }
+
     /// The tool call as it will run (after earlier hooks' rewrites).
     pub fn tool_use(&self) -> &ToolUse {
         &self.tool_use
@@ -489,6 +515,9 @@ impl PreActingEvent {
             );
         }
         if tool_use.name != self.tool_use.name || tool_use.input != self.tool_use.input {
+            if self.original.is_none() {
+                self.original = Some(Box::new(self.tool_use.clone()));
+            }
             self.changed = true;
             self.changed_by = self.meta.current.or(Some(u16::MAX));
             self.tool_use.name = tool_use.name;

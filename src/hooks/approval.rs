@@ -18,19 +18,22 @@ use crate::hook::{EventKind, Hook, HookError, HookEvent, Interest};
 use crate::message::ToolUse;
 
 /// Metadata key on a reply stopped for a human: the ids of the guarded tool calls
-/// waiting for a decision (a JSON array of strings).
-pub const APPROVAL_PENDING_KEY: &str = "rein.approval_pending";
+/// waiting for a decision, in this agent or any subagent it delegated to (a JSON array
+/// of strings). The same key as [`PENDING_CALL_IDS_KEY`](crate::agent::PENDING_CALL_IDS_KEY).
+pub const APPROVAL_PENDING_KEY: &str = crate::agent::PENDING_CALL_IDS_KEY;
 
 /// Metadata key on a reply stopped for a human: the guarded tool calls waiting for a
-/// decision, in full (a JSON array of `{"id", "name", "input"}` objects, the
-/// serialized [`ToolUse`]s). Read them with [`pending_approvals`] and decide with
-/// [`ApprovalDecisions::approve_call`] so each decision is bound to exactly the call a
-/// human saw.
-pub const APPROVAL_PENDING_CALLS_KEY: &str = "rein.approval_pending_calls";
+/// decision, in full, with the path of the agent that waits (see
+/// [`PENDING_CALLS_KEY`](crate::agent::PENDING_CALLS_KEY), the same key). Read them
+/// with [`pending_approvals`] and decide with [`ApprovalDecisions::approve_call`] so
+/// each decision is bound to exactly the call a human saw.
+pub const APPROVAL_PENDING_CALLS_KEY: &str = crate::agent::PENDING_CALLS_KEY;
 
 /// The tool calls a reply stopped for a human is waiting on (from its
-/// [`APPROVAL_PENDING_CALLS_KEY`] metadata), with their real arguments. Empty when the
-/// reply did not stop for approval.
+/// [`APPROVAL_PENDING_CALLS_KEY`] metadata), with their real arguments — in the agent
+/// that replied or in any subagent of its delegation tree (a decision placed in the
+/// resuming call's context reaches the subagent that waits). Empty when the reply did
+/// not stop for approval.
 pub fn pending_approvals(reply: &crate::message::Msg) -> Vec<ToolUse> {
     reply
         .metadata
@@ -510,10 +513,23 @@ impl Hook for ApprovalHook {
                     .cloned()
                     .collect();
                 if !pending.is_empty() {
-                    let ids: Vec<Value> =
-                        pending.iter().map(|u| Value::String(u.id.clone())).collect();
+                    let ids: Vec<Value> = pending
+                        .iter()
+                        .map(|u| Value::String(u.id.clone()))
+                        .collect();
                     tracing::info!(target: "rein::approval", pending = ?ids, "stopped for human approval");
-                    let calls = serde_json::to_value(&pending).unwrap_or(Value::Null);
+                    let agent = e.agent();
+                    let calls = Value::Array(
+                        pending
+                            .iter()
+                            .map(|u| {
+                                serde_json::json!({
+                                    "id": u.id, "name": u.name, "input": u.input,
+                                    "agent": agent.name, "agent_id": agent.id,
+                                })
+                            })
+                            .collect(),
+                    );
                     let mut msg = e.message().clone();
                     msg.metadata
                         .insert(APPROVAL_PENDING_KEY.to_owned(), Value::Array(ids));

@@ -73,7 +73,8 @@ pub use approval::{
 };
 pub use audit::{
     AuditConfig, AuditHook, AuditKind, AuditRecord, AuditSink, AuditSinkConfig, AuditSinkError,
-    AuditStats, AuditStatus, JsonlAuditSink, MemoryAuditSink, QueueFull, TracingAuditSink,
+    AuditStats, AuditStatus, Durability, JsonlAuditSink, MemoryAuditSink, QueueFull,
+    TracingAuditSink,
 };
 pub use config::{HookServices, Hooks, HooksConfig};
 pub use dynamic_options::{DynamicOptionsConfig, DynamicOptionsHook};

@@ -7,19 +7,27 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, PaginatedRequestParams};
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Mutex;
 
+use super::guard::{self, FrameLimits, LIMIT_CODE, TOO_DEEP};
 use super::{McpServerConfig, McpTransport, check_server_id, tool_name};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::tool::{Tool, ToolContext, ToolError};
 
 type Service = RunningService<RoleClient, ()>;
+
+/// A live connection: the service, and the child process of a stdio server (killed
+/// when this is dropped).
+struct Live {
+    service: Service,
+    _child: Option<tokio::process::Child>,
+}
 
 /// One server: its configuration and the live connection, if any. Shared by every tool
 /// of the server; dropping the last tool drops the service, which closes the transport
@@ -27,14 +35,14 @@ type Service = RunningService<RoleClient, ()>;
 struct Connection {
     id: String,
     config: McpServerConfig,
-    /// The live service and its generation (bumped on every (re)connect).
-    state: Mutex<(Option<Service>, u64)>,
+    /// The live connection and its generation (bumped on every (re)connect).
+    state: Mutex<(Option<Live>, u64)>,
 }
 
 impl Connection {
     /// Starts or reaches the server and completes the handshake, within the connect
     /// timeout.
-    async fn connect(&self) -> Result<Service, String> {
+    async fn connect(&self) -> Result<Live, String> {
         let timeout = self.config.connect_timeout;
         match tokio::time::timeout(timeout, self.open()).await {
             Ok(result) => result,
@@ -42,18 +50,23 @@ impl Connection {
         }
     }
 
-    async fn open(&self) -> Result<Service, String> {
+    async fn open(&self) -> Result<Live, String> {
         match &self.config.transport {
             McpTransport::Stdio { command, args, env } => {
                 let mut cmd = tokio::process::Command::new(command);
                 cmd.args(args)
                     .envs(env.iter().map(|(k, v)| (k, v)))
-                    .kill_on_drop(true);
-                let (transport, stderr) = TokioChildProcess::builder(cmd)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
+                    .kill_on_drop(true);
+                let mut child = cmd
                     .spawn()
                     .map_err(|e| format!("cannot start `{command}`: {e}"))?;
-                if let Some(stderr) = stderr {
+                let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+                    return Err(format!("cannot start `{command}`: no stdio pipes"));
+                };
+                if let Some(stderr) = child.stderr.take() {
                     let id = self.id.clone();
                     tokio::spawn(async move {
                         let mut lines = BufReader::new(stderr).lines();
@@ -62,9 +75,21 @@ impl Connection {
                         }
                     });
                 }
-                ().serve(transport)
-                    .await
-                    .map_err(|e| format!("MCP handshake failed: {e}"))
+                // Every message passes the frame guard on its way to rmcp.
+                let (reader, relay_end) = tokio::io::duplex(64 * 1024);
+                let limits = FrameLimits {
+                    max_bytes: self.config.limits.max_message_bytes,
+                    max_depth: self.config.limits.max_json_depth,
+                };
+                tokio::spawn(guard::relay(stdout, relay_end, limits, self.id.clone()));
+                let service =
+                    ().serve((reader, stdin))
+                        .await
+                        .map_err(|e| format!("MCP handshake failed: {e}"))?;
+                Ok(Live {
+                    service,
+                    _child: Some(child),
+                })
             }
             McpTransport::Http { url, headers } => {
                 let mut map = HashMap::new();
@@ -78,9 +103,14 @@ impl Connection {
                 let config =
                     StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
                 let transport = StreamableHttpClientTransport::from_config(config);
-                ().serve(transport)
-                    .await
-                    .map_err(|e| format!("cannot connect to `{url}`: {e}"))
+                let service =
+                    ().serve(transport)
+                        .await
+                        .map_err(|e| format!("cannot connect to `{url}`: {e}"))?;
+                Ok(Live {
+                    service,
+                    _child: None,
+                })
             }
         }
     }
@@ -88,18 +118,18 @@ impl Connection {
     /// The live peer, reconnecting first when there is none or its transport closed.
     async fn peer(&self) -> Result<(Peer<RoleClient>, u64), String> {
         let mut state = self.state.lock().await;
-        if let Some(service) = &state.0
-            && !service.is_closed()
-            && !service.peer().is_transport_closed()
+        if let Some(live) = &state.0
+            && !live.service.is_closed()
+            && !live.service.peer().is_transport_closed()
         {
-            return Ok((service.peer().clone(), state.1));
+            return Ok((live.service.peer().clone(), state.1));
         }
         // Drop a dead service (and its process) before starting a new one.
         state.0 = None;
-        let service = self.connect().await?;
+        let live = self.connect().await?;
         state.1 += 1;
-        let peer = service.peer().clone();
-        state.0 = Some(service);
+        let peer = live.service.peer().clone();
+        state.0 = Some(live);
         tracing::debug!(target: "rein::mcp", server = %self.id, generation = state.1, "connected");
         Ok((peer, state.1))
     }
@@ -129,6 +159,9 @@ impl Connection {
         let timeout = self.config.timeout;
         match tokio::time::timeout(timeout, peer.call_tool(params)).await {
             Err(_) => Err(fail(format!("the call timed out after {}", secs(timeout)))),
+            Ok(Err(ServiceError::McpError(e))) if e.code.0 == LIMIT_CODE => {
+                Err(fail(e.message.replace("response", "result")))
+            }
             Ok(Err(ServiceError::McpError(e))) => {
                 Err(fail(format!("the server rejected the call: {}", e.message)))
             }
@@ -227,7 +260,7 @@ async fn server_tools(
         state: Mutex::new((None, 0)),
     });
     let (peer, _) = conn.peer().await.map_err(err)?;
-    let listed = tokio::time::timeout(config.connect_timeout, peer.list_all_tools())
+    let listed = tokio::time::timeout(config.connect_timeout, list_tools(&peer, config))
         .await
         .map_err(|_| {
             err(format!(
@@ -235,7 +268,7 @@ async fn server_tools(
                 secs(config.connect_timeout)
             ))
         })?
-        .map_err(|e| err(format!("cannot list tools: {e}")))?;
+        .map_err(err)?;
     if let Some(enabled) = &config.enable_tools
         && let Some(missing) = enabled
             .iter()
@@ -262,6 +295,13 @@ async fn server_tools(
             .unwrap_or("")
             .to_owned();
         let parameters = Value::Object((*tool.input_schema).clone());
+        if contains_marker(&parameters) {
+            return Err(err(format!(
+                "tool `{remote}`: its input schema is nested too deep: more than {} levels \
+                 (`max_json_depth`)",
+                config.limits.max_json_depth
+            )));
+        }
         tools.push(Arc::new(McpTool {
             conn: Arc::clone(&conn),
             name: tool_name(id, &remote),
@@ -271,4 +311,78 @@ async fn server_tools(
         }));
     }
     Ok(tools)
+}
+
+/// Lists the server's tools page by page within its [`McpLimits`](super::McpLimits).
+async fn list_tools(
+    peer: &Peer<RoleClient>,
+    config: &McpServerConfig,
+) -> Result<Vec<rmcp::model::Tool>, String> {
+    let limits = &config.limits;
+    let (mut tools, mut bytes, mut cursor) = (Vec::new(), 0usize, None);
+    for page in 1.. {
+        if page > limits.max_list_pages {
+            return Err(format!(
+                "the tool listing exceeds `max_list_pages` ({} pages): the server still \
+                 returns a `nextCursor`",
+                limits.max_list_pages
+            ));
+        }
+        let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+        let result = peer.list_tools(Some(params)).await.map_err(|e| match e {
+            ServiceError::McpError(e) if e.code.0 == LIMIT_CODE => {
+                format!("cannot list tools: {}", e.message)
+            }
+            e => format!("cannot list tools: {e}"),
+        })?;
+        for tool in result.tools {
+            bytes = bytes.saturating_add(listed_size(&tool));
+            if bytes > limits.max_list_bytes {
+                return Err(format!(
+                    "the tool listing exceeds `max_list_bytes` ({} bytes)",
+                    limits.max_list_bytes
+                ));
+            }
+            tools.push(tool);
+            if tools.len() > limits.max_tools {
+                return Err(format!(
+                    "the server lists more than `max_tools` ({}) tools",
+                    limits.max_tools
+                ));
+            }
+        }
+        match result.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    Ok(tools)
+}
+
+/// The bytes a listed tool takes as JSON (what `max_list_bytes` counts).
+fn listed_size(tool: &rmcp::model::Tool) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Serializing a listed tool cannot fail; an error only leaves the count short.
+    let _ = serde_json::to_writer(&mut count, tool);
+    count.0
+}
+
+/// Whether the frame guard cut a value of `schema` for being nested too deep.
+fn contains_marker(schema: &Value) -> bool {
+    match schema {
+        Value::String(s) => s == TOO_DEEP,
+        Value::Array(items) => items.iter().any(contains_marker),
+        Value::Object(map) => map.values().any(contains_marker),
+        _ => false,
+    }
 }

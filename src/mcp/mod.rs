@@ -23,12 +23,23 @@
 //!   call timeout, or answers with an error. The agent keeps working; after a transport
 //!   failure the connection is dropped and the next call reconnects (a new child process
 //!   for stdio servers).
+//! - **Limits:** a server is someone else's code, so what it may send is bounded (per
+//!   server, see [`McpLimits`]): the tool listing is at most [`DEFAULT_MAX_LIST_PAGES`]
+//!   pages, [`DEFAULT_MAX_TOOLS`] tools and [`DEFAULT_MAX_LIST_BYTES`] bytes, or
+//!   `build_async` fails naming the server and the limit; over stdio every message is
+//!   at most [`DEFAULT_MAX_MESSAGE_BYTES`] bytes and [`DEFAULT_MAX_JSON_DEPTH`] levels
+//!   deep: a larger or deeper tool result is an error result saying "too large" / "too
+//!   deep" as soon as it has arrived (never a silent wait for the call timeout), and a
+//!   tool whose input schema is too deep fails `build_async` naming the server and the
+//!   tool.
 //! - **Shutdown:** the connection is shared by the agent, its subagents and clones; when
 //!   the last of them is dropped the connection closes and a stdio server's child process
 //!   is killed (it is also spawned with kill-on-drop).
 
 #[cfg(feature = "mcp")]
 mod client;
+#[cfg(feature = "mcp")]
+mod guard;
 
 #[cfg(feature = "mcp")]
 pub(crate) use client::connect_all;
@@ -45,6 +56,135 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The default connect timeout: spawning or reaching the server, the MCP handshake and
 /// listing its tools (30 s).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The default of [`McpLimits::max_list_pages`]: 32 pages of `tools/list`.
+pub const DEFAULT_MAX_LIST_PAGES: usize = 32;
+
+/// The default of [`McpLimits::max_tools`]: 1,024 tools per server.
+pub const DEFAULT_MAX_TOOLS: usize = 1024;
+
+/// The default of [`McpLimits::max_list_bytes`]: 8 MiB of tool listing per server.
+pub const DEFAULT_MAX_LIST_BYTES: usize = 8 << 20;
+
+/// The default of [`McpLimits::max_message_bytes`]: 4 MiB per message (far more than
+/// any model context holds).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
+
+/// The default of [`McpLimits::max_json_depth`]: 64 levels of JSON nesting.
+pub const DEFAULT_MAX_JSON_DEPTH: usize = 64;
+
+/// The largest accepted [`McpLimits::max_message_bytes`] (15 MiB: below the 16 MiB
+/// line limit of `rmcp`'s stdio transport, which would silently drop a larger line).
+pub const MAX_MESSAGE_BYTES_CEILING: usize = 15 << 20;
+
+/// The accepted range of [`McpLimits::max_json_depth`] (the JSON parser of `rmcp`
+/// stops at 128 levels; a message's envelope takes up to 6).
+pub const JSON_DEPTH_RANGE: std::ops::RangeInclusive<usize> = 8..=120;
+
+/// What one MCP server may send (see the module docs). Set with
+/// [`McpServerConfig::limits`]; every limit must be greater than zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct McpLimits {
+    /// The most `tools/list` pages read at build (default [`DEFAULT_MAX_LIST_PAGES`]).
+    /// A server still returning a `nextCursor` after that fails `build_async`.
+    pub max_list_pages: usize,
+    /// The most tools a server may list (default [`DEFAULT_MAX_TOOLS`]), counted
+    /// before `enable_tools` picks some. More fails `build_async`.
+    pub max_tools: usize,
+    /// The most bytes of tool listing (names, descriptions and schemas as JSON,
+    /// summed over the pages; default [`DEFAULT_MAX_LIST_BYTES`]). More fails
+    /// `build_async`.
+    pub max_list_bytes: usize,
+    /// The largest message a stdio server may send, in bytes (default
+    /// [`DEFAULT_MAX_MESSAGE_BYTES`], at most [`MAX_MESSAGE_BYTES_CEILING`]). A larger
+    /// tool result is an error result saying "too large"; a larger listing page fails
+    /// `build_async`. (HTTP servers: `rmcp`'s own 16 MiB event limit applies.)
+    pub max_message_bytes: usize,
+    /// The deepest JSON nesting a stdio server may send (default
+    /// [`DEFAULT_MAX_JSON_DEPTH`], within [`JSON_DEPTH_RANGE`]). A deeper tool result
+    /// is an error result saying "too deep"; a deeper input schema fails `build_async`
+    /// naming the tool.
+    pub max_json_depth: usize,
+}
+
+impl Default for McpLimits {
+    fn default() -> Self {
+        Self {
+            max_list_pages: DEFAULT_MAX_LIST_PAGES,
+            max_tools: DEFAULT_MAX_TOOLS,
+            max_list_bytes: DEFAULT_MAX_LIST_BYTES,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            max_json_depth: DEFAULT_MAX_JSON_DEPTH,
+        }
+    }
+}
+
+impl McpLimits {
+    /// The default limits (the `DEFAULT_*` constants of this module).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`max_list_pages`](Self::max_list_pages).
+    pub fn max_list_pages(mut self, n: usize) -> Self {
+        self.max_list_pages = n;
+        self
+    }
+
+    /// Sets [`max_tools`](Self::max_tools).
+    pub fn max_tools(mut self, n: usize) -> Self {
+        self.max_tools = n;
+        self
+    }
+
+    /// Sets [`max_list_bytes`](Self::max_list_bytes).
+    pub fn max_list_bytes(mut self, n: usize) -> Self {
+        self.max_list_bytes = n;
+        self
+    }
+
+    /// Sets [`max_message_bytes`](Self::max_message_bytes).
+    pub fn max_message_bytes(mut self, n: usize) -> Self {
+        self.max_message_bytes = n;
+        self
+    }
+
+    /// Sets [`max_json_depth`](Self::max_json_depth).
+    pub fn max_json_depth(mut self, n: usize) -> Self {
+        self.max_json_depth = n;
+        self
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let zero = [
+            ("max_list_pages", self.max_list_pages),
+            ("max_tools", self.max_tools),
+            ("max_list_bytes", self.max_list_bytes),
+            ("max_message_bytes", self.max_message_bytes),
+        ]
+        .into_iter()
+        .find(|(_, v)| *v == 0);
+        if let Some((name, _)) = zero {
+            return Err(format!("`{name}` must be greater than zero"));
+        }
+        if self.max_message_bytes > MAX_MESSAGE_BYTES_CEILING {
+            return Err(format!(
+                "`max_message_bytes` must be at most {MAX_MESSAGE_BYTES_CEILING}, got {}",
+                self.max_message_bytes
+            ));
+        }
+        if !JSON_DEPTH_RANGE.contains(&self.max_json_depth) {
+            return Err(format!(
+                "`max_json_depth` must be within {}..={}, got {}",
+                JSON_DEPTH_RANGE.start(),
+                JSON_DEPTH_RANGE.end(),
+                self.max_json_depth
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// The longest tool name providers accept.
 const MAX_NAME: usize = 64;
@@ -81,6 +221,7 @@ pub struct McpServerConfig {
     timeout: Duration,
     connect_timeout: Duration,
     enable_tools: Option<Vec<String>>,
+    limits: McpLimits,
 }
 
 impl McpServerConfig {
@@ -110,6 +251,7 @@ impl McpServerConfig {
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             enable_tools: None,
+            limits: McpLimits::default(),
         }
     }
 
@@ -182,6 +324,18 @@ impl McpServerConfig {
         self
     }
 
+    /// Sets what the server may send (default [`McpLimits::default`]); invalid limits
+    /// fail `build_async` naming the limit.
+    pub fn limits(mut self, limits: McpLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// What the server may send.
+    pub fn mcp_limits(&self) -> &McpLimits {
+        &self.limits
+    }
+
     /// The transport.
     pub fn transport(&self) -> &McpTransport {
         &self.transport
@@ -208,6 +362,7 @@ impl McpServerConfig {
         if self.timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err("timeouts must be greater than zero".to_owned());
         }
+        self.limits.validate()?;
         match &self.transport {
             McpTransport::Stdio { command, .. } if command.trim().is_empty() => {
                 Err("`command` must not be empty".to_owned())
@@ -264,6 +419,7 @@ impl fmt::Debug for McpServerConfig {
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("enable_tools", &self.enable_tools)
+            .field("limits", &self.limits)
             .finish()
     }
 }

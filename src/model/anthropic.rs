@@ -2,9 +2,9 @@
 
 use std::collections::VecDeque;
 
-use eventsource_stream::Event;
 use serde_json::{Value, json};
 
+use super::sse::Event;
 use super::transport::{
     Decoder, Endpoint, Flow, Transport, body_finish, body_start, endpoint_setters, malformed,
     parse_json, put, str_field, stream_error, u64_field,
@@ -71,7 +71,9 @@ const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// `thinking_delta` and `signature_delta`, `tool_use` blocks with their
 /// `input_json_delta` fragments (the block index is the tool call's index),
 /// `message_delta` (stop reason, output tokens), until `message_stop`; `ping` and
-/// unknown event types are ignored. A body that ends before `message_stop` is a
+/// unknown event types are ignored (and do not count as progress for
+/// [`HttpConfig::idle_timeout`](crate::model::HttpConfig::idle_timeout)). Token counts
+/// are summed with saturation. A body that ends before `message_stop` is a
 /// [`ModelErrorKind::Stream`] error.
 ///
 /// # Errors
@@ -353,9 +355,17 @@ fn user_blocks(m: &Msg) -> Vec<Value> {
     results.chain(texts).collect()
 }
 
+/// All input tokens of a `usage` object: uncached, cache writes and cache reads,
+/// summed with saturation (the counts come off the wire).
+fn input_tokens(usage: &Value) -> u64 {
+    u64_field(usage, "input_tokens")
+        .saturating_add(u64_field(usage, "cache_creation_input_tokens"))
+        .saturating_add(u64_field(usage, "cache_read_input_tokens"))
+}
+
 /// Decodes Messages API stream events.
 #[derive(Clone, Debug, Default)]
-struct AnthropicDecoder {
+pub(crate) struct AnthropicDecoder {
     /// Input tokens from `message_start`.
     input_tokens: u64,
 }
@@ -384,9 +394,7 @@ impl Decoder for AnthropicDecoder {
                     .get("message")
                     .and_then(|m| m.get("usage"))
                     .unwrap_or(&Value::Null);
-                self.input_tokens = u64_field(u, "input_tokens")
-                    + u64_field(u, "cache_creation_input_tokens")
-                    + u64_field(u, "cache_read_input_tokens");
+                self.input_tokens = input_tokens(u);
                 out.push_back(ModelChunk::Usage(Usage {
                     input_tokens: self.input_tokens,
                     output_tokens: u64_field(u, "output_tokens"),
@@ -460,9 +468,7 @@ impl Decoder for AnthropicDecoder {
                     }));
                 }
                 if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-                    let input = u64_field(u, "input_tokens")
-                        + u64_field(u, "cache_creation_input_tokens")
-                        + u64_field(u, "cache_read_input_tokens");
+                    let input = input_tokens(u);
                     if input > 0 {
                         self.input_tokens = input;
                     }

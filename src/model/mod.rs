@@ -24,6 +24,11 @@ mod messages;
 mod openai;
 mod scripted;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
+mod sse;
+#[cfg(all(feature = "openai", feature = "anthropic"))]
+#[doc(hidden)]
+pub mod sse_probe;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod transport;
 
 #[cfg(feature = "anthropic")]
@@ -216,10 +221,11 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// Adds `other` into `self`.
+    /// Adds `other` into `self`, field by field, saturating at `u64::MAX` (counts come
+    /// from servers, which may report anything).
     pub fn add(&mut self, other: Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
     }
 }
 
@@ -281,8 +287,12 @@ pub enum ModelErrorKind {
     BadRequest,
     /// The provider failed (HTTP 5xx).
     Server,
-    /// The request or the stream timed out.
+    /// The request or the stream timed out (no response headers in time, or no
+    /// progress within the idle timeout).
     Timeout,
+    /// The model call as a whole passed its total deadline (for the HTTP providers
+    /// `HttpConfig::total_timeout`); not retried.
+    Deadline,
     /// The stream was malformed or ended before its terminal event.
     Stream,
     /// A scripted model ran out of turns, or a scripted fault.

@@ -2,9 +2,9 @@
 
 use std::collections::VecDeque;
 
-use eventsource_stream::Event;
 use serde_json::{Map, Value, json};
 
+use super::sse::Event;
 use super::transport::{
     Decoder, Endpoint, Flow, Transport, body_finish, body_start, endpoint_setters, malformed,
     parse_json, put, str_field, stream_error, u64_field,
@@ -60,7 +60,10 @@ const DEFAULT_MODEL: &str = "gpt-4o-mini";
 /// fragments by their `index`, usage (`prompt_tokens`/`completion_tokens`), the finish
 /// reason, until `data: [DONE]`. A body that ends after a finish reason but without
 /// `[DONE]` is accepted (some compatible servers omit it); one that ends earlier is a
-/// [`ModelErrorKind::Stream`](crate::ModelErrorKind::Stream) error.
+/// [`ModelErrorKind::Stream`](crate::ModelErrorKind::Stream) error. A chunk with no
+/// content, tool call, usage or finish reason (an empty delta) yields nothing and does
+/// not count as progress for
+/// [`HttpConfig::idle_timeout`](crate::model::HttpConfig::idle_timeout).
 ///
 /// # Errors
 /// See [`transport`](crate::model::transport) for timeouts, retries and the typed
@@ -285,7 +288,7 @@ fn arguments_text(input: &Value) -> String {
 
 /// Decodes `chat.completion.chunk` events.
 #[derive(Clone, Debug, Default)]
-struct OpenAiDecoder {
+pub(crate) struct OpenAiDecoder {
     /// A finish reason was seen.
     finished: bool,
     /// Call ids seen in fragments without an `index`, in order (their index).

@@ -2,9 +2,31 @@
 //!
 //! Each provider model holds one [`reqwest`] client (rustls, no OpenSSL), shared by its
 //! clones, and applies the [`HttpConfig`]: a connect timeout, a timeout for the response
-//! headers, an idle timeout between streamed events, and a [`RetryPolicy`]. The
-//! server-sent-events framing is parsed by `eventsource-stream`; each provider decodes
-//! the events into [`ModelChunk`]s.
+//! headers, an idle timeout while the stream makes no progress, a total deadline per
+//! model call, size limits on what the server sends, and a [`RetryPolicy`]. The
+//! server-sent-events framing is parsed by a small linear parser of this crate (cost
+//! proportional to the bytes received, memory bounded by the limits below); each
+//! provider decodes the events into [`ModelChunk`]s.
+//!
+//! # Limits
+//! Everything a server sends is bounded, so a hostile or broken server (often a
+//! third-party gateway) cannot make a call hang, spin or grow without end:
+//!
+//! | limit | default | when exceeded |
+//! |---|---|---|
+//! | [`HttpConfig::max_line_bytes`]: one SSE line | 2 MiB | `Stream` error naming the limit, not retried |
+//! | [`HttpConfig::max_event_bytes`]: the data of one SSE event | 4 MiB | `Stream` error naming the limit, not retried |
+//! | error bodies and unexpected (non-event-stream) bodies | 8 KiB read ([`ERROR_BODY_BYTES`]) | the rest is not read; the connection is dropped |
+//! | [`HttpConfig::idle_timeout`]: time without progress | 300 s | `Timeout` |
+//! | [`HttpConfig::total_timeout`]: the whole model call, retries included | 10 min | `Deadline`, not retried |
+//! | [`RetryPolicy::max_retry_after`]: a server-requested wait | 60 s | the server's error (e.g. `RateLimit`), not retried |
+//!
+//! *Progress* is an event that yields a chunk: text, thinking, a tool-call fragment,
+//! usage or a finish reason. SSE comments, Anthropic `ping` events and empty deltas
+//! (an OpenAI chunk with no content, tool call, usage or finish reason) do not reset
+//! the idle timer. Token counts off the wire are added with saturating arithmetic, and
+//! a `Retry-After` of any size (`1e300`, `inf`) is a wait, never a panic (negative and
+//! `NaN` values are ignored).
 //!
 //! # Errors
 //! Every failure is a [`ModelError`] whose [`ModelErrorKind`] says what happened:
@@ -14,13 +36,15 @@
 //! | HTTP 401, 403 | `Authentication` | no |
 //! | HTTP 429 | `RateLimit` | yes |
 //! | HTTP 400, 404, 422, other 4xx | `BadRequest` (with the server's `error.message`) | no |
-//! | HTTP 408, no response headers within `request_timeout`, no event within `idle_timeout` | `Timeout` | yes |
+//! | HTTP 408, no response headers within `request_timeout`, no progress within `idle_timeout` | `Timeout` | yes |
+//! | the call as a whole passed `total_timeout` | `Deadline` | no |
 //! | HTTP 5xx (including Anthropic's 529) | `Server` | yes |
 //! | connection refused / reset / DNS failure | `Other` | yes |
 //! | the connection breaks mid-body, or the body ends before the terminal event (`[DONE]`, `message_stop`) | `Stream` | yes |
 //! | malformed SSE (invalid UTF-8) or a payload that is not JSON | `Stream` (quoting the payload, truncated) | no |
+//! | an SSE line or event over its limit | `Stream` (naming the limit) | no |
 //! | an error event inside the stream | by its type (`overloaded` → `Server`, ...) | `Server`, `RateLimit` |
-//! | a 2xx answer that is not `text/event-stream` | `Stream` (quoting the body) | no |
+//! | a 2xx answer that is not `text/event-stream` | `Stream` (quoting the body's start) | no |
 //!
 //! Error messages name the URL, the status, the server's request id when it sent one,
 //! and the wait the server asked for.
@@ -37,25 +61,31 @@
 //!   minus up to 25% random jitter, unless the server said when to come back
 //!   (`retry-after-ms`, or `Retry-After` in seconds or as an HTTP date): then exactly
 //!   that, or no retry at all when it exceeds [`RetryPolicy::max_retry_after`].
+//! - A retry whose delay would end after the call's total deadline is not attempted:
+//!   the failure is returned at once.
+
+mod call;
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, SystemTime};
 
-use eventsource_stream::{Event, EventStreamError, Eventsource};
-use futures::StreamExt;
-use futures::stream::BoxStream;
 use indexmap::IndexMap;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
-use reqwest::{Response, StatusCode};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
+use super::sse::Event;
 use super::{GenerateOptions, ModelChunk, ModelError, ModelErrorKind, ModelStream};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::util::truncate;
 
 /// How many bytes of an offending payload an error message quotes.
 pub(crate) const QUOTE_BYTES: usize = 200;
+
+/// How many bytes of an error body (non-2xx) or of an unexpected 2xx body (not an
+/// event stream) are read, for the error message: 8 KiB. The rest is never read; the
+/// connection is dropped.
+pub const ERROR_BODY_BYTES: usize = 8 * 1024;
 
 /// How failed attempts are retried. Plain public fields; start from
 /// [`RetryPolicy::default`] (or [`RetryPolicy::none`]) and override what you need.
@@ -101,7 +131,9 @@ impl RetryPolicy {
             .initial_backoff
             .saturating_mul(2u32.saturating_pow(retry.saturating_sub(1)));
         let base = exp.min(self.max_backoff);
-        base.mul_f64(1.0 - 0.25 * random_unit())
+        // `Duration::mul_f64` panics when the product rounds past `Duration::MAX`.
+        Duration::try_from_secs_f64(base.as_secs_f64() * (1.0 - 0.25 * random_unit()))
+            .map_or(base, |d| d.min(base))
     }
 }
 
@@ -114,11 +146,26 @@ pub struct HttpConfig {
     /// Timeout from sending a request to receiving the response headers, per attempt
     /// (default 120 s). Expiry is a [`ModelErrorKind::Timeout`] and is retried.
     pub request_timeout: Duration,
-    /// The longest wait for the next event of a streamed response (default 300 s:
-    /// reasoning models may think silently for minutes; SSE comments do not count as
-    /// events). Expiry is a [`ModelErrorKind::Timeout`], retried only before the first
-    /// content chunk was delivered.
+    /// The longest time a streamed response may go without progress (default 300 s:
+    /// reasoning models may think silently for minutes). Progress is an event that
+    /// yields text, thinking, a tool-call fragment, usage or a finish reason; SSE
+    /// comments, Anthropic `ping` events and empty deltas do not count. Expiry is a
+    /// [`ModelErrorKind::Timeout`], retried only before the first content chunk was
+    /// delivered.
     pub idle_timeout: Duration,
+    /// The deadline of one model call as a whole, from its first request to its last
+    /// chunk, retries and their delays included (default 10 minutes; `None`: no
+    /// deadline). Expiry is a [`ModelErrorKind::Deadline`] and is not retried. It is
+    /// what ends a stream that keeps sending progress forever.
+    pub total_timeout: Option<Duration>,
+    /// The longest SSE line accepted, in bytes, without its line end (default 2 MiB).
+    /// A longer one ends the call with a [`ModelErrorKind::Stream`] error naming this
+    /// limit (not retried), as soon as the line passes it.
+    pub max_line_bytes: usize,
+    /// The largest SSE event accepted: the bytes of its `data` and `event` values
+    /// together (default 4 MiB). A larger one ends the call with a
+    /// [`ModelErrorKind::Stream`] error naming this limit (not retried).
+    pub max_event_bytes: usize,
     /// Retries; see [`RetryPolicy`].
     pub retry: RetryPolicy,
 }
@@ -129,6 +176,9 @@ impl Default for HttpConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(120),
             idle_timeout: Duration::from_secs(300),
+            total_timeout: Some(Duration::from_secs(600)),
+            max_line_bytes: 2 * 1024 * 1024,
+            max_event_bytes: 4 * 1024 * 1024,
             retry: RetryPolicy::default(),
         }
     }
@@ -331,21 +381,7 @@ impl Transport {
             Ok(p) => p,
             Err(e) => return Box::pin(futures::stream::iter([Err(e)])),
         };
-        let state = Call {
-            transport: self.clone(),
-            headers,
-            body,
-            template: decoder.clone(),
-            decoder,
-            events: None,
-            pending: VecDeque::new(),
-            attempt: 0,
-            delivered: false,
-            done: false,
-        };
-        Box::pin(futures::stream::unfold(state, |mut call| async move {
-            call.next_item().await.map(|item| (item, call))
-        }))
+        call::start(self.clone(), headers, body, decoder)
     }
 }
 
@@ -392,313 +428,6 @@ pub(crate) trait Decoder: Clone + Send + 'static {
     /// (e.g. a finish reason was already seen). Default: no.
     fn complete_without_terminal(&self) -> bool {
         false
-    }
-}
-
-/// The SSE events of one response.
-type Events = BoxStream<'static, Result<Event, EventStreamError<reqwest::Error>>>;
-
-/// A failure and whether another attempt may fix it.
-struct Failure {
-    error: ModelError,
-    retryable: bool,
-    retry_after: Option<Duration>,
-}
-
-impl Failure {
-    fn fatal(error: ModelError) -> Self {
-        Self {
-            error,
-            retryable: false,
-            retry_after: None,
-        }
-    }
-
-    fn retryable(error: ModelError) -> Self {
-        Self {
-            error,
-            retryable: true,
-            retry_after: None,
-        }
-    }
-}
-
-/// One model call in progress.
-struct Call<D> {
-    transport: Transport,
-    headers: HeaderMap,
-    body: Vec<u8>,
-    template: D,
-    decoder: D,
-    events: Option<Events>,
-    pending: VecDeque<ModelChunk>,
-    attempt: u32,
-    delivered: bool,
-    done: bool,
-}
-
-impl<D: Decoder> Call<D> {
-    async fn next_item(&mut self) -> Option<Result<ModelChunk, ModelError>> {
-        loop {
-            if let Some(chunk) = self.pending.pop_front() {
-                // Usage and finish reasons are bookkeeping, not part of the answer: a
-                // retry after them shows the caller no second answer.
-                if !matches!(chunk, ModelChunk::Usage(_) | ModelChunk::Finish(_)) {
-                    self.delivered = true;
-                }
-                return Some(Ok(chunk));
-            }
-            if self.done {
-                return None;
-            }
-            let step = match self.events.as_mut() {
-                None => self.open().await.map(|events| {
-                    self.events = Some(events);
-                }),
-                Some(_) => self.read().await,
-            };
-            if let Err(failure) = step {
-                self.events = None;
-                if let Some(wait) = self.retry_delay(&failure) {
-                    tracing::warn!(
-                        url = self.transport.url(),
-                        attempt = self.attempt,
-                        error = %failure.error,
-                        "model request failed; retrying in {wait:?}"
-                    );
-                    tokio::time::sleep(wait).await;
-                    self.decoder = self.template.clone();
-                    continue;
-                }
-                self.done = true;
-                self.pending.clear();
-                return Some(Err(failure.error));
-            }
-        }
-    }
-
-    /// How long to wait before retrying `failure`, or `None` to give up.
-    fn retry_delay(&self, failure: &Failure) -> Option<Duration> {
-        let policy = &self.transport.http.retry;
-        if !failure.retryable || self.delivered || self.attempt >= policy.max_attempts.max(1) {
-            return None;
-        }
-        match failure.retry_after {
-            Some(wait) if wait > policy.max_retry_after => None,
-            Some(wait) => Some(wait),
-            None => Some(policy.backoff(self.attempt)),
-        }
-    }
-
-    /// Sends the request (one attempt) and checks the response status.
-    async fn open(&mut self) -> Result<Events, Failure> {
-        self.attempt += 1;
-        let t = &self.transport;
-        let send = t
-            .client
-            .post(t.url.clone())
-            .headers(self.headers.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .body(self.body.clone())
-            .send();
-        let response = match tokio::time::timeout(t.http.request_timeout, send).await {
-            Err(_) => {
-                return Err(Failure::retryable(ModelError::new(
-                    ModelErrorKind::Timeout,
-                    format!(
-                        "no response from {} within {:?}",
-                        t.url, t.http.request_timeout
-                    ),
-                )));
-            }
-            Ok(Err(e)) => return Err(send_failure(&t.url, &e)),
-            Ok(Ok(r)) => r,
-        };
-        let status = response.status();
-        if !status.is_success() {
-            return Err(status_failure(t, response).await);
-        }
-        let content_type = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
-        if !content_type.is_empty() && !content_type.starts_with("text/event-stream") {
-            let body = read_body(t, response).await;
-            return Err(Failure::fatal(ModelError::new(
-                ModelErrorKind::Stream,
-                format!(
-                    "{} answered {status} with `{content_type}` instead of an event stream: {}",
-                    t.url,
-                    truncate(&body, QUOTE_BYTES)
-                ),
-            )));
-        }
-        Ok(response.bytes_stream().eventsource().boxed())
-    }
-
-    /// Reads the next SSE event (within the idle timeout) and decodes it.
-    async fn read(&mut self) -> Result<(), Failure> {
-        let idle = self.transport.http.idle_timeout;
-        let Some(events) = self.events.as_mut() else {
-            return Ok(());
-        };
-        let next = match tokio::time::timeout(idle, events.next()).await {
-            Err(_) => {
-                return Err(Failure::retryable(ModelError::new(
-                    ModelErrorKind::Timeout,
-                    format!("the stream was silent for {idle:?}"),
-                )));
-            }
-            Ok(next) => next,
-        };
-        match next {
-            None => {
-                self.events = None;
-                if self.decoder.complete_without_terminal() {
-                    self.done = true;
-                    return Ok(());
-                }
-                Err(Failure::retryable(ModelError::new(
-                    ModelErrorKind::Stream,
-                    "the stream ended before its terminal event",
-                )))
-            }
-            Some(Err(e)) => Err(event_failure(e)),
-            Some(Ok(event)) => match self.decoder.decode(&event, &mut self.pending) {
-                Ok(Flow::More) => Ok(()),
-                Ok(Flow::Done) => {
-                    self.events = None;
-                    self.done = true;
-                    Ok(())
-                }
-                Err(error) => {
-                    let retryable = matches!(
-                        error.kind(),
-                        ModelErrorKind::Server | ModelErrorKind::RateLimit
-                    );
-                    Err(Failure {
-                        error,
-                        retryable,
-                        retry_after: None,
-                    })
-                }
-            },
-        }
-    }
-}
-
-/// A typed failure for a non-success response, with the server's message.
-async fn status_failure(transport: &Transport, response: Response) -> Failure {
-    let status = response.status();
-    let headers = response.headers().clone();
-    let body = read_body(transport, response).await;
-    let detail = error_message(&body).unwrap_or_else(|| truncate(body.trim(), QUOTE_BYTES));
-    let request_id = ["x-request-id", "request-id"]
-        .iter()
-        .find_map(|h| headers.get(*h).and_then(|v| v.to_str().ok()))
-        .map(|id| format!(" (request id {id})"))
-        .unwrap_or_default();
-    let retry_after = retry_after(&headers, SystemTime::now());
-    let wait = retry_after
-        .map(|d| format!("; the server asked to retry after {d:?}"))
-        .unwrap_or_default();
-    let kind = status_kind(status);
-    let error = ModelError::new(
-        kind,
-        format!(
-            "{} answered {status}{request_id}: {detail}{wait}",
-            transport.url
-        ),
-    );
-    let retryable = status == StatusCode::REQUEST_TIMEOUT
-        || status == StatusCode::TOO_MANY_REQUESTS
-        || status.is_server_error();
-    Failure {
-        error,
-        retryable,
-        retry_after,
-    }
-}
-
-/// The body of an error response, as text (within the idle timeout; empty when it
-/// cannot be read).
-async fn read_body(transport: &Transport, response: Response) -> String {
-    let idle = transport.http.idle_timeout;
-    match tokio::time::timeout(idle, response.bytes()).await {
-        Ok(Ok(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
-        _ => String::new(),
-    }
-}
-
-/// The error kind of an HTTP status.
-fn status_kind(status: StatusCode) -> ModelErrorKind {
-    match status.as_u16() {
-        401 | 403 => ModelErrorKind::Authentication,
-        429 => ModelErrorKind::RateLimit,
-        408 => ModelErrorKind::Timeout,
-        400..=499 => ModelErrorKind::BadRequest,
-        500..=599 => ModelErrorKind::Server,
-        _ => ModelErrorKind::Other,
-    }
-}
-
-/// `error.message` (or `message`) of a JSON error body, as both providers send it.
-pub(crate) fn error_message(body: &str) -> Option<String> {
-    let v: Value = serde_json::from_str(body).ok()?;
-    let err = v.get("error").unwrap_or(&v);
-    let msg = match err {
-        Value::String(s) => s.clone(),
-        _ => err.get("message")?.as_str()?.to_owned(),
-    };
-    Some(truncate(&msg, 1000))
-}
-
-/// The error and retry decision for a failed `send()`.
-fn send_failure(url: &reqwest::Url, e: &reqwest::Error) -> Failure {
-    if e.is_builder() {
-        return Failure::fatal(ModelError::new(
-            ModelErrorKind::BadRequest,
-            format!("cannot build the request to {url}: {}", chain(e)),
-        ));
-    }
-    let (kind, what) = if e.is_timeout() {
-        (ModelErrorKind::Timeout, "timed out")
-    } else if e.is_connect() {
-        (ModelErrorKind::Other, "could not connect")
-    } else {
-        (ModelErrorKind::Other, "failed")
-    };
-    Failure::retryable(ModelError::new(
-        kind,
-        format!("the request to {url} {what}: {}", chain(e)),
-    ))
-}
-
-/// The error for a failed SSE read: a broken connection (retryable before delivery),
-/// or a payload that is not valid SSE text (named, truncated).
-fn event_failure(e: EventStreamError<reqwest::Error>) -> Failure {
-    match e {
-        EventStreamError::Transport(e) => Failure::retryable(ModelError::new(
-            ModelErrorKind::Stream,
-            format!("the connection failed mid-stream: {}", chain(&e)),
-        )),
-        EventStreamError::Utf8(e) => Failure::fatal(ModelError::new(
-            ModelErrorKind::Stream,
-            format!(
-                "malformed event stream: invalid UTF-8 in `{}`",
-                truncate(&String::from_utf8_lossy(e.as_bytes()), QUOTE_BYTES)
-            ),
-        )),
-        EventStreamError::Parser(e) => Failure::fatal(ModelError::new(
-            ModelErrorKind::Stream,
-            format!(
-                "malformed event stream line `{}`",
-                truncate(&e.input, QUOTE_BYTES)
-            ),
-        )),
     }
 }
 
@@ -778,9 +507,18 @@ pub(crate) fn put(body: &mut Map<String, Value>, key: &str, value: Option<impl I
     }
 }
 
-/// A non-negative integer field of a JSON object (0 when absent or not a number).
+/// A non-negative integer field of a JSON object: 0 when absent, negative or not a
+/// number; a fractional or out-of-range number saturates (`1e30` reads as `u64::MAX`).
+/// Sums of these values must saturate too (`saturating_add`): a server may send
+/// `u64::MAX`.
 pub(crate) fn u64_field(v: &Value, key: &str) -> u64 {
-    v.get(key).and_then(Value::as_u64).unwrap_or(0)
+    match v.get(key) {
+        Some(Value::Number(n)) => n.as_u64().unwrap_or_else(|| {
+            // `as` saturates: huge values become `u64::MAX`, negative ones 0.
+            n.as_f64().map_or(0, |f| f as u64)
+        }),
+        _ => 0,
+    }
 }
 
 /// A string field of a JSON object, when present and non-empty.
@@ -801,29 +539,6 @@ fn chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     out
-}
-
-/// The server-requested wait: `retry-after-ms`, else `Retry-After` as seconds or as
-/// an HTTP date (relative to `now`).
-fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let get = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    };
-    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
-        && ms.is_finite()
-        && ms >= 0.0
-    {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
-    }
-    let value = get(RETRY_AFTER.as_str())?;
-    if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
-    }
-    let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// A uniformly distributed number in `[0, 1)`, from the standard library's randomly
@@ -857,31 +572,27 @@ pub(crate) fn parse_json(data: &str) -> Result<Value, ModelError> {
 mod tests {
     use super::*;
 
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (k, v) in pairs {
-            map.insert(
-                HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
+    #[test]
+    fn backoff_never_panics_at_the_largest_durations() {
+        let p = RetryPolicy {
+            initial_backoff: Duration::MAX,
+            max_backoff: Duration::MAX,
+            ..RetryPolicy::default()
+        };
+        for retry in [1, 2, 64, u32::MAX] {
+            assert!(p.backoff(retry) <= Duration::MAX);
         }
-        map
     }
 
     #[test]
-    fn retry_after_accepts_milliseconds_seconds_and_http_dates() {
-        let now = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
-        let h = headers(&[("retry-after-ms", "250")]);
-        assert_eq!(retry_after(&h, now), Some(Duration::from_millis(250)));
-        let h = headers(&[("retry-after", "120")]);
-        assert_eq!(retry_after(&h, now), Some(Duration::from_secs(120)));
-        let h = headers(&[("retry-after", "Sun, 06 Nov 1994 08:50:07 GMT")]);
-        assert_eq!(retry_after(&h, now), Some(Duration::from_secs(30)));
-        let h = headers(&[("retry-after", "Sun, 06 Nov 1994 08:00:00 GMT")]);
-        assert_eq!(retry_after(&h, now), Some(Duration::ZERO));
-        let h = headers(&[("retry-after", "soon")]);
-        assert_eq!(retry_after(&h, now), None);
-        assert_eq!(retry_after(&HeaderMap::new(), now), None);
+    fn token_fields_off_the_wire_saturate() {
+        let v = serde_json::json!({"a": u64::MAX, "b": 1e30, "c": -3, "d": "7", "e": 2.5});
+        assert_eq!(u64_field(&v, "a"), u64::MAX);
+        assert_eq!(u64_field(&v, "b"), u64::MAX);
+        assert_eq!(u64_field(&v, "c"), 0);
+        assert_eq!(u64_field(&v, "d"), 0);
+        assert_eq!(u64_field(&v, "e"), 2);
+        assert_eq!(u64_field(&v, "missing"), 0);
     }
 
     #[test]
@@ -896,32 +607,5 @@ mod tests {
             let base = Duration::from_millis(base);
             assert!(d <= base && d >= base.mul_f64(0.75), "{retry}: {d:?}");
         }
-    }
-
-    #[test]
-    fn statuses_map_to_typed_kinds() {
-        for (code, kind) in [
-            (401, ModelErrorKind::Authentication),
-            (403, ModelErrorKind::Authentication),
-            (429, ModelErrorKind::RateLimit),
-            (400, ModelErrorKind::BadRequest),
-            (404, ModelErrorKind::BadRequest),
-            (422, ModelErrorKind::BadRequest),
-            (408, ModelErrorKind::Timeout),
-            (500, ModelErrorKind::Server),
-            (529, ModelErrorKind::Server),
-        ] {
-            assert_eq!(status_kind(StatusCode::from_u16(code).unwrap()), kind);
-        }
-    }
-
-    #[test]
-    fn error_messages_are_read_from_both_providers_bodies() {
-        let openai = r#"{"error":{"message":"bad model","type":"invalid_request_error"}}"#;
-        let anthropic =
-            r#"{"type":"error","error":{"type":"invalid_request_error","message":"no"}}"#;
-        assert_eq!(error_message(openai).as_deref(), Some("bad model"));
-        assert_eq!(error_message(anthropic).as_deref(), Some("no"));
-        assert_eq!(error_message("<html>"), None);
     }
 }

@@ -1,19 +1,26 @@
-//! The declaration registry, the per-agent delegation state, the `agent_spawn` tool and
-//! the one function that builds children.
+//! The per-agent delegation state, the `agent_spawn` tool and the one function that
+//! builds children.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
-use indexmap::IndexMap;
 use serde_json::{Value, json};
 
-use super::spec::{DeclarationSpec, SpecError, ToolsPolicy, dir_fingerprint, scan_subagents_dir};
-use super::{GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentFactory};
-use crate::agent::{Agent, AgentBuilder, AgentEvent, AgentInfo, RunContext, StopReason};
+use super::narrow::{self, Granted};
+use super::registry::Registry;
+use super::spec::{SpecError, ToolsPolicy};
+use super::{
+    GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentFactory,
+    SubagentWorkspace, WorkspaceMode,
+};
+use crate::agent::{
+    Agent, AgentBuilder, AgentEvent, AgentInfo, CallOutcome, PENDING_CALLS_KEY, SessionKey,
+    StopReason,
+};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::hook::RegisteredHook;
 use crate::message::Msg;
@@ -32,7 +39,7 @@ pub(crate) enum Declared {
 }
 
 impl Declared {
-    fn description(&self) -> String {
+    pub(crate) fn description(&self) -> String {
         match self {
             Declared::Decl(d) => d.description.clone(),
             Declared::Factory(f) => f.declaration().description.clone(),
@@ -49,190 +56,8 @@ impl Declared {
     }
 }
 
-const GENERAL_PURPOSE_DESCRIPTION: &str =
+pub(crate) const GENERAL_PURPOSE_DESCRIPTION: &str =
     "A general-purpose agent with the same tools as you, for a self-contained task.";
-
-/// One parsed Markdown declaration file.
-struct FileEntry {
-    modified: SystemTime,
-    len: u64,
-    version: u64,
-    decl: Result<Arc<SubagentDeclaration>, SpecError>,
-}
-
-#[derive(Default)]
-struct Files {
-    /// By agent id (file name without `.md`), sorted.
-    entries: BTreeMap<String, FileEntry>,
-    next_version: u64,
-}
-
-/// The declarations of a delegation tree, shared by every agent in it.
-pub(crate) struct Registry {
-    code: IndexMap<String, Declared>,
-    dir: Option<PathBuf>,
-    files: Mutex<Files>,
-}
-
-impl Registry {
-    /// Collects code declarations and the static workspace files. A broken static file
-    /// or a duplicate code id fails the build.
-    pub(crate) fn new(
-        decls: &[SubagentDeclaration],
-        factories: &[Arc<dyn SubagentFactory>],
-        general_purpose: bool,
-        dir: Option<PathBuf>,
-    ) -> Result<Self, BuildError> {
-        let mut code = IndexMap::new();
-        let all = decls
-            .iter()
-            .map(|d| (d.name.clone(), Declared::Decl(Arc::new(d.clone()))))
-            .chain(factories.iter().map(|f| {
-                (
-                    f.declaration().name.clone(),
-                    Declared::Factory(Arc::clone(f)),
-                )
-            }))
-            .chain(general_purpose.then(|| (GENERAL_PURPOSE.to_owned(), Declared::GeneralPurpose)));
-        for (id, declared) in all {
-            if code.insert(id.clone(), declared).is_some() {
-                return Err(BuildError::new(
-                    BuildErrorKind::InvalidDeclaration,
-                    format!("duplicate subagent id `{id}`"),
-                ));
-            }
-        }
-        let mut files = Files::default();
-        if let Some(dir) = &dir {
-            let fingerprints: HashMap<String, (SystemTime, u64)> = dir_fingerprint(dir)
-                .map_err(BuildError::workspace)?
-                .into_iter()
-                .map(|(name, m, l)| (name, (m, l)))
-                .collect();
-            for parsed in scan_subagents_dir(dir).map_err(BuildError::workspace)? {
-                let spec = parsed.map_err(BuildError::workspace)?;
-                let (modified, len) = fingerprints
-                    .get(&format!("{}.md", spec.id))
-                    .copied()
-                    .unwrap_or((SystemTime::UNIX_EPOCH, 0));
-                files.next_version += 1;
-                files.entries.insert(
-                    spec.id.clone(),
-                    FileEntry {
-                        modified,
-                        len,
-                        version: files.next_version,
-                        decl: Ok(Arc::new(SubagentDeclaration::from_spec(spec))),
-                    },
-                );
-            }
-        }
-        Ok(Self {
-            code,
-            dir,
-            files: Mutex::new(files),
-        })
-    }
-
-    fn files(&self) -> std::sync::MutexGuard<'_, Files> {
-        self.files.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Re-scans the declarations directory, re-parsing only files whose size or mtime
-    /// changed. Broken files are reported with `tracing::error!` and kept as errors.
-    pub(crate) fn refresh(&self) {
-        let Some(dir) = &self.dir else { return };
-        let current = match dir_fingerprint(dir) {
-            Ok(fp) => fp,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot re-scan the subagents directory; keeping the last known declarations");
-                return;
-            }
-        };
-        let mut files = self.files();
-        let ids: HashSet<String> = current
-            .iter()
-            .map(|(name, _, _)| name.trim_end_matches(".md").to_owned())
-            .collect();
-        files.entries.retain(|id, _| ids.contains(id));
-        for (name, modified, len) in current {
-            let id = name.trim_end_matches(".md").to_owned();
-            if files
-                .entries
-                .get(&id)
-                .is_some_and(|e| e.modified == modified && e.len == len)
-            {
-                continue;
-            }
-            let path = dir.join(&name);
-            let decl = parse_file(&path).map(|s| Arc::new(SubagentDeclaration::from_spec(s)));
-            if let Err(e) = &decl {
-                tracing::error!(file = %path.display(), error = %e, "invalid subagent declaration");
-            }
-            files.next_version += 1;
-            let version = files.next_version;
-            files.entries.insert(
-                id,
-                FileEntry {
-                    modified,
-                    len,
-                    version,
-                    decl,
-                },
-            );
-        }
-    }
-
-    /// The declaration with this id (code first), with its version.
-    fn lookup(&self, id: &str) -> Option<Result<(Declared, u64), SpecError>> {
-        if let Some(d) = self.code.get(id) {
-            return Some(Ok((d.clone(), 0)));
-        }
-        let files = self.files();
-        let entry = files.entries.get(id)?;
-        Some(
-            entry
-                .decl
-                .clone()
-                .map(|d| (Declared::Decl(d), entry.version)),
-        )
-    }
-
-    /// Spawnable ids with descriptions: code declarations in order, then valid files.
-    pub(crate) fn listing(&self) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = self
-            .code
-            .iter()
-            .map(|(id, d)| (id.clone(), d.description()))
-            .collect();
-        for (id, entry) in &self.files().entries {
-            if let (false, Ok(d)) = (self.code.contains_key(id), &entry.decl) {
-                out.push((id.clone(), d.description.clone()));
-            }
-        }
-        out
-    }
-
-    /// Every declaration known now (for build-time validation).
-    fn all(&self) -> Vec<(String, Declared)> {
-        let mut out: Vec<(String, Declared)> = self
-            .code
-            .iter()
-            .map(|(id, d)| (id.clone(), d.clone()))
-            .collect();
-        for (id, entry) in &self.files().entries {
-            if let (false, Ok(d)) = (self.code.contains_key(id), &entry.decl) {
-                out.push((id.clone(), Declared::Decl(Arc::clone(d))));
-            }
-        }
-        out
-    }
-}
-
-fn parse_file(path: &Path) -> Result<DeclarationSpec, SpecError> {
-    let text = std::fs::read_to_string(path).map_err(|e| SpecError::io(path, &e))?;
-    DeclarationSpec::parse_markdown(path, &text)
-}
 
 /// What a child inherits from the agent that delegates to it.
 pub(crate) struct Template {
@@ -249,6 +74,8 @@ pub(crate) struct Template {
     pub(crate) hooks: Vec<RegisteredHook>,
     pub(crate) options: GenerateOptions,
     pub(crate) policy: Option<Arc<ToolsPolicy>>,
+    /// The delegating agent's workspace root (relative child workspaces resolve here).
+    pub(crate) workspace: Option<PathBuf>,
     pub(crate) hook_tool_filter: Option<HookToolFilter>,
     pub(crate) max_depth: u32,
     pub(crate) max_iters_default: u32,
@@ -258,6 +85,10 @@ pub(crate) struct Template {
     pub(crate) trail: bool,
     pub(crate) record_content: bool,
     pub(crate) tool_labels: Option<Arc<HashSet<String>>>,
+    /// The delegating agent's turn limits: a child's are at most these.
+    pub(crate) limits: crate::agent::Limits,
+    /// The delegating agent's stream release: a child's deltas reach the same caller.
+    pub(crate) stream_release: crate::agent::StreamRelease,
 }
 
 /// What a child's builder needs to bound it: set only by [`Delegation::build_child`].
@@ -268,6 +99,10 @@ pub(crate) struct ChildBinding {
     pub(crate) allow: Vec<String>,
     pub(crate) callable: Arc<HashSet<String>>,
     pub(crate) policy: Option<Arc<ToolsPolicy>>,
+    /// The policy of the child's own isolated workspace (narrows further).
+    pub(crate) own_policy: Option<Arc<ToolsPolicy>>,
+    /// The child's workspace root: its isolated root, else its parent's.
+    pub(crate) workspace: Option<PathBuf>,
     pub(crate) registry: Arc<Registry>,
 }
 
@@ -276,7 +111,18 @@ pub(crate) struct Delegation {
     pub(crate) registry: Arc<Registry>,
     template: Template,
     children: Mutex<HashMap<String, (u64, Agent)>>,
+    /// Ids of delegation calls suspended because their subagent stopped with calls
+    /// waiting for a human: when the parent's session resumes, the same call runs
+    /// again and resumes the subagent instead of sending the task anew. Oldest first;
+    /// bounded by [`MAX_SUSPENDED`].
+    suspended: Mutex<std::collections::VecDeque<String>>,
 }
+
+/// Most suspended delegation calls remembered per delegating agent (a suspension
+/// whose session never resumes is dropped first). A forgotten suspension is safe: the
+/// resumed call then sends the task again, and the subagent's waiting calls are
+/// marked not executed.
+const MAX_SUSPENDED: usize = 4096;
 
 impl Delegation {
     pub(crate) fn new(registry: Arc<Registry>, template: Template) -> Self {
@@ -284,13 +130,71 @@ impl Delegation {
             registry,
             template,
             children: Mutex::new(HashMap::new()),
+            suspended: Mutex::default(),
         }
     }
 
-    /// Checks that no known declaration's allowlist names a tool this agent cannot call.
+    /// Remembers a suspended delegation call.
+    fn suspend(&self, tool_use_id: &str) {
+        let mut s = self
+            .suspended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if s.len() >= MAX_SUSPENDED {
+            s.pop_front();
+        }
+        s.push_back(tool_use_id.to_owned());
+    }
+
+    /// Whether this delegation call was suspended (forgetting it).
+    fn resumes(&self, tool_use_id: &str) -> bool {
+        let mut s = self
+            .suspended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match s.iter().position(|id| id == tool_use_id) {
+            Some(i) => {
+                s.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forgets, in every child built so far, the conversation a spawn from the parent
+    /// session `key` used (`<child id>@<session>`, same user), and — through
+    /// [`Agent::forget_session`] — every conversation below it, down the whole tree.
+    pub(crate) fn forget_children(&self, key: &SessionKey) {
+        let children: Vec<(String, Agent)> = self
+            .children
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(id, (_, agent))| (id.clone(), agent.clone()))
+            .collect();
+        for (id, child) in children {
+            let child_key = SessionKey {
+                user_id: key.user_id.clone(),
+                session_id: child_session(&id, &key.session_id),
+            };
+            child.forget_session(&child_key);
+        }
+    }
+
+    /// Checks that no known declaration's allowlist names a tool this agent cannot call,
+    /// and that every isolated workspace declared in code or a static file has a
+    /// readable, valid `tools.json` (or none).
     pub(crate) fn validate(&self) -> Result<(), BuildError> {
         for (id, declared) in self.registry.all() {
             check_allowlist(&id, &declared.allowlist(), &self.template.callable)?;
+            let decl = match &declared {
+                Declared::Decl(d) => d,
+                Declared::Factory(f) => f.declaration(),
+                Declared::GeneralPurpose => continue,
+            };
+            if let Some(root) = isolated_root(&id, decl, self.template.workspace.as_deref())? {
+                child_policy(&id, &root)?;
+            }
         }
         Ok(())
     }
@@ -373,6 +277,7 @@ impl Delegation {
                         temperature: None,
                         top_p: None,
                         hooks: Vec::new(),
+                        workspace: None,
                     };
                     (&general, None)
                 }
@@ -393,7 +298,18 @@ impl Delegation {
             top_p: decl.top_p,
             ..Default::default()
         };
-        let mut prompt = decl.sys_prompt.clone().unwrap_or_default();
+        let root = isolated_root(id, decl, t.workspace.as_deref())?;
+        let own_policy = match &root {
+            Some(root) => child_policy(id, root)?,
+            None => None,
+        };
+        let agents_md = match &root {
+            Some(root) => read_agents_md(root)?,
+            None => None,
+        };
+        let mut prompt = agents_md
+            .or_else(|| decl.sys_prompt.clone())
+            .unwrap_or_default();
         if !prompt.is_empty() {
             prompt.push_str("\n\n");
         }
@@ -419,10 +335,17 @@ impl Delegation {
         b.trail = t.trail;
         b.record_content = t.record_content;
         b.tool_labels = t.tool_labels.clone();
+        b.limits = t.limits;
         b.hooks.extend(decl.hooks.iter().cloned());
         if let Some(f) = factory {
+            let granted = Granted::of(&b);
             b = f.configure(b);
+            narrow::enforce(id, granted, &t.base_tools, &t.callable, &mut b)?;
         }
+        // A factory may lower the turn limits, never raise them; the caller that
+        // streams sees the child's turns released as the parent's.
+        b.limits = b.limits.at_most(&t.limits);
+        b.stream_release = t.stream_release;
         // Re-applied after any factory: inherited hooks first, nothing global, no
         // workspace or declarations of its own, and the bound.
         let own = std::mem::take(&mut b.hooks);
@@ -441,10 +364,81 @@ impl Delegation {
             allow: decl.tools.clone(),
             callable: Arc::clone(&t.callable),
             policy: t.policy.clone(),
+            own_policy,
+            workspace: root.or_else(|| t.workspace.clone()),
             registry: Arc::clone(&self.registry),
         });
         b.build()
     }
+}
+
+/// The isolated root of a declaration, a relative path resolved against the delegating
+/// agent's workspace; `None` for a shared or absent workspace.
+fn isolated_root(
+    id: &str,
+    decl: &SubagentDeclaration,
+    parent_ws: Option<&Path>,
+) -> Result<Option<PathBuf>, BuildError> {
+    let Some(SubagentWorkspace {
+        mode: WorkspaceMode::Isolated,
+        path: Some(path),
+    }) = &decl.workspace
+    else {
+        return Ok(None);
+    };
+    if path.is_absolute() {
+        return Ok(Some(path.clone()));
+    }
+    match parent_ws {
+        Some(ws) => Ok(Some(ws.join(path))),
+        None => Err(BuildError::new(
+            BuildErrorKind::InvalidDeclaration,
+            format!(
+                "subagent `{id}`: its workspace path `{}` is relative, but its parent has no \
+                 workspace to resolve it against",
+                path.display()
+            ),
+        )),
+    }
+}
+
+/// The policy of an isolated child workspace: fails closed like the parent's, and may not
+/// declare MCP servers (only the top-level agent connects them).
+fn child_policy(id: &str, root: &Path) -> Result<Option<Arc<ToolsPolicy>>, BuildError> {
+    let policy = load_policy(root)?;
+    if let Some(p) = &policy
+        && !p.mcp_servers.is_empty()
+    {
+        return Err(BuildError::new(
+            BuildErrorKind::InvalidConfig,
+            format!(
+                "subagent `{id}`: `{}` declares MCP servers; only the top-level agent can",
+                root.join("tools.json").display()
+            ),
+        ));
+    }
+    Ok(policy)
+}
+
+/// `<root>/AGENTS.md`, the prompt base of an isolated child; `None` only when there is no
+/// entry at all (a dangling link or an unreadable file fails).
+fn read_agents_md(root: &Path) -> Result<Option<String>, BuildError> {
+    let path = root.join("AGENTS.md");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(text.trim().to_owned()).filter(|t| !t.is_empty())),
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                && std::fs::symlink_metadata(&path).is_err() =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(BuildError::workspace(SpecError::io(&path, &e))),
+    }
+}
+
+/// The session of the child `id` spawned from the parent session `parent_session`.
+fn child_session(id: &str, parent_session: &str) -> String {
+    format!("{id}@{parent_session}")
 }
 
 pub(crate) fn check_allowlist(
@@ -490,19 +484,20 @@ impl SpawnTool {
             .map(Duration::from_secs);
         let child = self.delegation.child(&id)?;
         let parent = ctx.run();
-        let session = format!("{id}@{}", parent.session_id());
-        let mut child_ctx = RunContext::new().with_session_id(&session);
-        if let Some(user) = parent.user_id() {
-            child_ctx = child_ctx.with_user_id(user);
-        }
+        let session = child_session(&id, parent.session_id());
+        // The caller's context values (e.g. approval decisions) reach the subagent;
+        // the parent run's own state does not.
+        let child_ctx = parent.child_context(&session);
+        // A call suspended on the subagent's waiting calls resumes the subagent.
+        let input = if self.delegation.resumes(ctx.tool_use_id()) {
+            Vec::new()
+        } else {
+            vec![Msg::user(task)]
+        };
         let path = format!("{}/{id}", self.delegation.template.path);
         let run = async {
             match ctx.events.clone() {
-                None => {
-                    child
-                        .run_internal(vec![Msg::user(task)], child_ctx, None)
-                        .await
-                }
+                None => child.run_internal(input, child_ctx, None).await,
                 Some(parent_tx) => {
                     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
                     let forward = async {
@@ -517,10 +512,8 @@ impl SpawnTool {
                             let _ = parent_tx.send(event);
                         }
                     };
-                    let (result, ()) = tokio::join!(
-                        child.run_internal(vec![Msg::user(task)], child_ctx, Some(tx)),
-                        forward
-                    );
+                    let (result, ()) =
+                        tokio::join!(child.run_internal(input, child_ctx, Some(tx)), forward);
                     result
                 }
             }
@@ -539,6 +532,14 @@ impl SpawnTool {
         };
         match result {
             Ok(outcome) => {
+                if let Some(waiting) = self.waiting_calls(&outcome)
+                    && ctx.suspend(waiting)
+                {
+                    self.delegation.suspend(ctx.tool_use_id());
+                    return Ok(format!(
+                        "status: waiting\nagent_id: {id}\nsession_id: {session}\n\nwaiting for a decision"
+                    ));
+                }
                 let status = match outcome.reason {
                     StopReason::Final => "completed",
                     StopReason::MaxIterations => "max_iterations",
@@ -553,6 +554,40 @@ impl SpawnTool {
                 "status: failed\nagent_id: {id}\nsubagent `{id}` failed: {e}"
             ))),
         }
+    }
+}
+
+impl SpawnTool {
+    /// The calls a subagent stopped on (waiting for a human), with their agent path
+    /// extended by this agent's name; `None` when it did not stop for that.
+    fn waiting_calls(&self, outcome: &CallOutcome) -> Option<Vec<Value>> {
+        if !matches!(
+            outcome.reason,
+            StopReason::ReasoningStopped | StopReason::SubagentStopped
+        ) {
+            return None;
+        }
+        let Some(Value::Array(entries)) = outcome.reply.metadata.get(PENDING_CALLS_KEY) else {
+            return None;
+        };
+        if entries.is_empty() {
+            return None;
+        }
+        let me = &self.delegation.template.info.name;
+        Some(
+            entries
+                .iter()
+                .map(|e| {
+                    let mut e = e.clone();
+                    if let Some(obj) = e.as_object_mut() {
+                        let below = obj.get("agent").and_then(Value::as_str).unwrap_or("");
+                        let path = format!("{me}/{below}");
+                        obj.insert("agent".to_owned(), Value::String(path));
+                    }
+                    e
+                })
+                .collect(),
+        )
     }
 }
 
@@ -585,7 +620,27 @@ impl Tool for SpawnTool {
 }
 
 /// Loads the workspace policy (fails closed) for an agent's builder.
+///
+/// The workspace must be an existing directory (a mistyped path never means "no policy
+/// and no subagents"); inside it, only a `tools.json` with no directory entry at all
+/// means "no policy" (see [`ToolsPolicy::load`]).
 pub(crate) fn load_policy(workspace: &Path) -> Result<Option<Arc<ToolsPolicy>>, BuildError> {
+    match std::fs::metadata(workspace) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            return Err(BuildError::workspace(SpecError::missing(
+                workspace,
+                "the workspace is not a directory",
+            )));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(BuildError::workspace(SpecError::missing(
+                workspace,
+                "the workspace directory does not exist",
+            )));
+        }
+        Err(e) => return Err(BuildError::workspace(SpecError::io(workspace, &e))),
+    }
     ToolsPolicy::load(&workspace.join("tools.json"))
         .map(|p| p.map(Arc::new))
         .map_err(BuildError::workspace)

@@ -22,7 +22,11 @@
 //!    with the parent; a child cannot drop an inherited hook.
 //! 2. **Tools only narrow.** The tools a child can call are a subset of the tools its
 //!    parent can call, ∩ the declaration's allowlist (when non-empty), ∩ the workspace
-//!    `tools.json` allow (when non-empty), − its deny. The delegation tool is never
+//!    `tools.json` allow (when non-empty), − its deny, ∩ the child's own isolated
+//!    workspace `tools.json` allow (when non-empty), − its deny. The child policy
+//!    applies even with an empty allowlist, is read when the child is built (and at
+//!    the parent's build for declarations known then), and a child `tools.json` that
+//!    cannot be read or parsed fails the build or the spawn — never "no policy". The delegation tool is never
 //!    inherited implicitly: a child gets it only if its allowlist names it, and only
 //!    below the maximum depth (default 3).
 //! 3. **Hook tools are filtered before they are installed.** Tools contributed by hooks
@@ -36,23 +40,44 @@
 //!    child call gets a fresh run id, the parent's user id, and the session
 //!    `<agent_id>@<parent session>`, so two parent sessions' children never share memory.
 //!
+//! # Child workspaces
+//! A declaration may carry a [`SubagentWorkspace`]: `shared` (the parent's; the default
+//! when none is given, and always for `general-purpose`) or `isolated` with a root path
+//! (relative paths resolve against the parent's workspace). An isolated root's
+//! `tools.json` narrows the child (invariant 2; it may not declare MCP servers) and its
+//! `AGENTS.md`, when present, replaces the declaration's prompt as the prompt base. A
+//! child's own `subagents/` folder is not read: nested delegation uses the tree's
+//! declarations, bounded by depth.
+//!
 //! # Workspace files
 //! `tools.json` and the Markdown declarations are parsed strictly by [`spec`]: unknown
 //! keys, missing `description`, bad types and malformed JSON/YAML are errors naming file,
-//! line and key. A `tools.json` that exists but cannot be read or parsed fails the build:
-//! a policy that cannot be read never means "no policy".
+//! line and key. A `tools.json` that exists but cannot be read or parsed fails the build,
+//! and so does a dangling `tools.json` symlink and a workspace folder that does not
+//! exist: a policy that cannot be read never means "no policy". Only a `tools.json` with
+//! no directory entry at all means "no policy". The re-scan of `subagents/` compares file
+//! contents, so an edit that keeps size and mtime is still seen.
+//!
+//! # Memory of children
+//! A child keeps one conversation per parent session that spawned it
+//! (`<agent_id>@<parent session>`). [`Agent::forget_session`](crate::Agent::forget_session)
+//! on the parent forgets those too, down the whole tree; there is no other eviction, so
+//! child conversations are bounded by (subagents × parent sessions not yet forgotten).
 
 mod delegate;
+mod narrow;
+mod registry;
 pub mod spec;
 #[cfg(test)]
 mod spec_tests;
 
 pub(crate) use delegate::{
-    ChildBinding, Delegation, HookToolFilter, Registry, SpawnTool, Template, check_allowlist,
-    load_policy,
+    ChildBinding, Delegation, HookToolFilter, SpawnTool, Template, check_allowlist, load_policy,
 };
+pub(crate) use registry::Registry;
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::agent::AgentBuilder;
@@ -70,6 +95,47 @@ pub const GENERAL_PURPOSE: &str = "general-purpose";
 /// parent's model (with a warning).
 pub type ModelResolver = Arc<dyn Fn(&str) -> Option<Arc<dyn Model>> + Send + Sync>;
 
+/// How a subagent's workspace relates to its parent's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkspaceMode {
+    /// The child has a root of its own: its `tools.json` narrows the child's tools
+    /// further (never widens them), and its `AGENTS.md`, when present, is the child's
+    /// prompt base.
+    Isolated,
+    /// The child works in the parent's workspace: the parent's policy, nothing more.
+    Shared,
+}
+
+/// A subagent's workspace: `workspace: {mode: isolated|shared, path: rel|abs}` in
+/// Markdown front matter, [`SubagentDeclarationBuilder::workspace`] in code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubagentWorkspace {
+    /// Isolated or shared.
+    pub mode: WorkspaceMode,
+    /// The isolated root (required for [`WorkspaceMode::Isolated`], absent for
+    /// [`WorkspaceMode::Shared`]). A relative path resolves against the parent's
+    /// workspace (for a Markdown file, the workspace holding its `subagents/` folder).
+    pub path: Option<PathBuf>,
+}
+
+impl SubagentWorkspace {
+    /// An isolated workspace rooted at `path`.
+    pub fn isolated(path: impl Into<PathBuf>) -> Self {
+        Self {
+            mode: WorkspaceMode::Isolated,
+            path: Some(path.into()),
+        }
+    }
+
+    /// The parent's workspace.
+    pub fn shared() -> Self {
+        Self {
+            mode: WorkspaceMode::Shared,
+            path: None,
+        }
+    }
+}
+
 /// A subagent declared in code (or loaded from a Markdown file).
 #[derive(Clone)]
 pub struct SubagentDeclaration {
@@ -82,6 +148,7 @@ pub struct SubagentDeclaration {
     pub(crate) temperature: Option<f64>,
     pub(crate) top_p: Option<f64>,
     pub(crate) hooks: Vec<RegisteredHook>,
+    pub(crate) workspace: Option<SubagentWorkspace>,
 }
 
 impl fmt::Debug for SubagentDeclaration {
@@ -93,6 +160,7 @@ impl fmt::Debug for SubagentDeclaration {
             .field("steps", &self.steps)
             .field("model", &self.model)
             .field("hooks", &self.hooks.len())
+            .field("workspace", &self.workspace)
             .finish_non_exhaustive()
     }
 }
@@ -111,6 +179,7 @@ impl SubagentDeclaration {
                 temperature: None,
                 top_p: None,
                 hooks: Vec::new(),
+                workspace: None,
             },
         }
     }
@@ -146,7 +215,13 @@ impl SubagentDeclaration {
             temperature: spec.temperature,
             top_p: spec.top_p,
             hooks: Vec::new(),
+            workspace: spec.workspace,
         }
+    }
+
+    /// The declared workspace (`None`: none of its own; the parent's policy applies).
+    pub fn workspace(&self) -> Option<&SubagentWorkspace> {
+        self.workspace.as_ref()
     }
 }
 
@@ -207,6 +282,13 @@ impl SubagentDeclarationBuilder {
         self
     }
 
+    /// The child's workspace (default: none, which behaves as shared). An isolated
+    /// workspace's `tools.json` narrows the child's tools; see [`SubagentWorkspace`].
+    pub fn workspace(mut self, ws: SubagentWorkspace) -> Self {
+        self.decl.workspace = Some(ws);
+        self
+    }
+
     /// A hook of the child's own, run after inherited hooks of equal priority.
     pub fn hook(mut self, h: impl IntoHook) -> Self {
         self.decl.hooks.push(h.into_registered().0);
@@ -250,16 +332,38 @@ impl SubagentDeclarationBuilder {
         if d.top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
             return bad("`top_p` must be within (0, 1]".into());
         }
+        match &d.workspace {
+            Some(SubagentWorkspace {
+                mode: WorkspaceMode::Isolated,
+                path: None,
+            }) => return bad("an isolated workspace needs a path".into()),
+            Some(SubagentWorkspace {
+                mode: WorkspaceMode::Shared,
+                path: Some(_),
+            }) => return bad("a shared workspace takes no path".into()),
+            _ => {}
+        }
         Ok(d)
     }
 }
 
 /// Builds custom children. The runtime hands [`SubagentFactory::configure`] a builder
 /// already set up with what the child inherits (model, options, the parent's tools, the
-/// declared prompt and steps); the factory may add hooks, narrow tools, change the
-/// prompt or options. Afterwards the runtime re-applies the invariants: the parent's
-/// inheritable hooks are put first, and the tools are bounded by the declaration's
-/// allowlist, `tools.json` and the parent's tools — a factory can narrow, never widen.
+/// declared prompt and steps, the parent's limits); the factory may add hooks, narrow
+/// tools, lower limits, change the prompt, model or options. Afterwards the runtime
+/// re-applies the invariants: the parent's inheritable hooks are put first, and the
+/// tools are bounded by the declaration's allowlist, `tools.json` and the parent's tools
+/// — a factory can narrow, never widen.
+///
+/// Widening fails the spawn with [`BuildErrorKind::Widening`] (the parent model gets
+/// an error result naming the tool or limit; nothing is clamped silently):
+/// - a tool under a name the parent can call must be the very instance the parent holds
+///   (`Arc` identity) — a factory cannot swap in another tool under a permitted name;
+/// - `max_depth`, `max_iters` (the declared steps), `max_gotos`, `tool_timeout` and
+///   `hook_timeout` may only be lowered (dropping the parent's hook timeout raises it).
+///
+/// A hook-tool filter the factory sets is combined with the parent's (a hook tool must
+/// pass both), and `record_content` can only be turned off.
 pub trait SubagentFactory: Send + Sync + 'static {
     /// The declaration: id, description (shown to the parent model), allowlist.
     fn declaration(&self) -> &SubagentDeclaration;

@@ -21,6 +21,9 @@ use std::time::{Duration, SystemTime};
 use indexmap::IndexMap;
 
 use crate::mcp::{McpServerConfig, McpTransport, check_server_id};
+use crate::subagent::SubagentWorkspace;
+
+mod workspace;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Unexpected, Visitor};
 
@@ -54,6 +57,11 @@ pub enum SpecErrorKind {
     /// A `${VAR}` in a `tools.json` string names an environment variable that is not set
     /// (or not valid Unicode); the message names the variable.
     MissingEnvVar,
+    /// A path that must exist does not: a workspace directory given to
+    /// [`AgentBuilder::workspace`](crate::AgentBuilder::workspace), or the target of a
+    /// `tools.json` that is a symbolic link (a dangling link, e.g. a Kubernetes ConfigMap
+    /// whose target is missing).
+    Missing,
 }
 
 /// A strict-validation failure in a workspace file.
@@ -95,6 +103,11 @@ impl SpecError {
             None,
             format!("cannot read: {err}"),
         )
+    }
+
+    /// A [`SpecErrorKind::Missing`] error about `file`.
+    pub(crate) fn missing(file: &Path, message: impl Into<String>) -> Self {
+        Self::new(SpecErrorKind::Missing, file, None, None, message)
     }
 
     /// The category of the failure.
@@ -261,16 +274,33 @@ impl ToolsPolicy {
 
     /// Reads and parses the `tools.json` at `path`.
     ///
-    /// Returns `Ok(None)` only when the file does not exist.
+    /// Returns `Ok(None)` only when the file is genuinely absent: there is no directory
+    /// entry at `path` at all. Anything else that exists must be a readable policy.
     ///
     /// # Errors
-    /// Every other read failure (a directory at that path, permissions, invalid UTF-8, ...) is
-    /// [`SpecErrorKind::Io`] — an unreadable policy never silently means "no policy" — and
-    /// parse failures are as in [`ToolsPolicy::parse`].
+    /// - [`SpecErrorKind::Missing`]: `path` is a symbolic link whose target does not exist
+    ///   (a dangling link, e.g. a mounted ConfigMap whose target is missing).
+    /// - [`SpecErrorKind::Io`]: every other read failure (a directory at that path,
+    ///   permissions, a symlink loop, invalid UTF-8, ...).
+    /// - Parse failures as in [`ToolsPolicy::parse`].
+    ///
+    /// An unreadable policy never silently means "no policy".
     pub fn load(path: &Path) -> Result<Option<ToolsPolicy>, SpecError> {
         match fs::read_to_string(path) {
             Ok(text) => Self::parse(path, &text).map(Some),
-            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                // NotFound also comes from a dangling symlink: only a missing entry is
+                // "no policy".
+                match fs::symlink_metadata(path) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+                    Ok(meta) if meta.file_type().is_symlink() => Err(SpecError::missing(
+                        path,
+                        "is a symbolic link whose target does not exist; a policy that \
+                         cannot be read never means \"no policy\"",
+                    )),
+                    _ => Err(SpecError::io(path, &err)),
+                }
+            }
             Err(err) => Err(SpecError::io(path, &err)),
         }
     }
@@ -338,6 +368,7 @@ const FRONT_MATTER_KEYS: &[&str] = &[
     "steps",
     "temperature",
     "top_p",
+    "workspace",
 ];
 
 /// A subagent declared by `<workspace>/subagents/<id>.md`: YAML front matter between two
@@ -359,6 +390,11 @@ pub struct DeclarationSpec {
     pub temperature: Option<f64>,
     /// `top_p`: 0 < x <= 1; `None` means "inherit".
     pub top_p: Option<f64>,
+    /// `workspace`: `{mode: isolated|shared, path: rel|abs}`; an isolated `path` is
+    /// required, resolved against the workspace holding the `subagents/` folder, and must
+    /// be an existing directory; a shared one takes no path. `None`: no workspace of its
+    /// own.
+    pub workspace: Option<SubagentWorkspace>,
     /// The Markdown after the closing `---`, trimmed; may be empty.
     pub body: String,
 }
@@ -404,6 +440,7 @@ impl DeclarationSpec {
             steps: fm.steps,
             temperature: fm.temperature,
             top_p: fm.top_p,
+            workspace: fm.workspace,
             body: body.to_owned(),
         })
     }
@@ -472,6 +509,7 @@ struct FrontMatter {
     steps: Option<u32>,
     temperature: Option<f64>,
     top_p: Option<f64>,
+    workspace: Option<SubagentWorkspace>,
 }
 
 fn parse_front_matter(file: &Path, yaml: &str) -> Result<FrontMatter, SpecError> {
@@ -492,7 +530,12 @@ fn parse_front_matter(file: &Path, yaml: &str) -> Result<FrontMatter, SpecError>
         ));
     }
     let ctx = Ctx::default();
-    FrontMatterVisitor(&ctx)
+    // `<ws>/subagents/<id>.md` → `<ws>`.
+    let base = file
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("."));
+    FrontMatterVisitor(&ctx, base)
         .deserialize(serde_yaml_ng::Deserializer::from_str(yaml))
         .map_err(|err| {
             // Without a recorded detail, serde rejected a top level that is not a mapping.
@@ -524,7 +567,7 @@ fn shift_line_numbers(message: &str, by: usize) -> String {
     out
 }
 
-struct FrontMatterVisitor<'a>(&'a Ctx);
+struct FrontMatterVisitor<'a>(&'a Ctx, &'a Path);
 
 impl<'de> DeserializeSeed<'de> for FrontMatterVisitor<'_> {
     type Value = FrontMatter;
@@ -572,6 +615,10 @@ impl<'de> Visitor<'de> for FrontMatterVisitor<'_> {
                         Some(map.next_value_seed(Check::new(at, Number::Temperature))?);
                 }
                 "top_p" => fm.top_p = Some(map.next_value_seed(Check::new(at, Number::TopP))?),
+                "workspace" => {
+                    let rule = workspace::WorkspaceRule { base: self.1 };
+                    fm.workspace = Some(map.next_value_seed(Check::new(at, rule))?);
+                }
                 // Unreachable: the key check only yields FRONT_MATTER_KEYS.
                 _ => {
                     map.next_value::<de::IgnoredAny>()?;
@@ -613,6 +660,9 @@ pub fn scan_subagents_dir(
 /// same `.md` files it would parse, in the same order. Compare two fingerprints to decide
 /// whether a re-scan is needed.
 ///
+/// It misses an edit that keeps both size and mtime (`cp -p`, `rsync -t`, coarse mtime
+/// granularity); the runtime's own re-scan therefore compares file *contents*, not this.
+///
 /// # Errors
 /// As [`scan_subagents_dir`] (`Ok(vec![])` for a missing directory), plus
 /// [`SpecErrorKind::Io`] if the platform cannot report a file's modification time.
@@ -627,7 +677,9 @@ pub fn dir_fingerprint(dir: &Path) -> Result<Vec<(String, SystemTime, u64)>, Spe
 }
 
 /// The `.md` regular files directly in `dir`, sorted by name; empty if `dir` is missing.
-fn markdown_files(dir: &Path) -> Result<Vec<(String, PathBuf, fs::Metadata)>, SpecError> {
+pub(crate) fn markdown_files(
+    dir: &Path,
+) -> Result<Vec<(String, PathBuf, fs::Metadata)>, SpecError> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),

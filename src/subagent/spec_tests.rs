@@ -79,6 +79,7 @@ fn valid_file_with_list_tools_parses_every_field() {
             steps: Some(12),
             temperature: Some(0.2),
             top_p: Some(1.0),
+            workspace: None,
             body: "You review code.\n\nBe terse.".into(),
         }
     );

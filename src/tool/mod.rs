@@ -119,9 +119,28 @@ pub struct ToolContext {
     pub(crate) progress: Option<futures::channel::mpsc::UnboundedSender<ProgressChunk>>,
     /// The streaming caller's sink, for forwarding subagent events.
     pub(crate) events: Option<UnboundedSender<crate::agent::AgentEvent>>,
+    /// Where a delegating tool leaves the calls its subagent stopped on (present only
+    /// on agents that delegate): the call is then suspended instead of answered.
+    pub(crate) suspend: Option<Arc<std::sync::Mutex<Option<Vec<serde_json::Value>>>>>,
 }
 
 impl ToolContext {
+    /// Suspends this call: it gets no result, the agent's loop stops with
+    /// [`StopReason::SubagentStopped`](crate::StopReason::SubagentStopped), and the
+    /// reply lists `pending` (tool calls, with their agent path, waiting in the
+    /// delegation tree). Returns whether the call could be suspended.
+    pub(crate) fn suspend(&self, pending: Vec<serde_json::Value>) -> bool {
+        match &self.suspend {
+            Some(slot) => {
+                *slot
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(pending);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The run context of the agent call (ids and typed extensions).
     pub fn run(&self) -> &RunContext {
         &self.run

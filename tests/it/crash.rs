@@ -105,6 +105,42 @@ fn crash_child_entry_point_saves_sessions_until_killed() {
     }
 }
 
+/// Runs the ignored test `test` of this binary as a child with `env` set, kills it
+/// with SIGKILL after `after` (no destructor, no flush, no unlock) and returns what it
+/// printed.
+pub fn run_child_until_killed(
+    test: &str,
+    env: (&str, &std::ffi::OsStr),
+    after: Duration,
+) -> String {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            test,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(env.0, env.1)
+        .env("RUST_BACKTRACE", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(after);
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the child was killed");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    out
+}
+
 #[test]
 fn sigkill_at_random_moments_never_leaves_a_torn_session_file() {
     let rounds: usize = std::env::var("REIN_CRASH_ROUNDS")
@@ -122,39 +158,17 @@ fn sigkill_at_random_moments_never_leaves_a_torn_session_file() {
         });
     let mut rng = XorShift::new(seed);
     let dir = TempDir::new("crash");
-    let exe = std::env::current_exe().unwrap();
     let store = FileSessionStore::open(dir.path()).unwrap();
     let mut acked: HashMap<usize, u64> = HashMap::new();
     let (mut acks, mut mid_save, mut unacked_kept) = (0u64, 0u64, 0u64);
     let started = Instant::now();
     for round in 0..rounds {
         let round_start = std::time::SystemTime::now();
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "crash::crash_child_entry_point_saves_sessions_until_killed",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, dir.path())
-            .env("RUST_BACKTRACE", "0")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(20 + rng.below(120)));
-        // `Child::kill` sends SIGKILL on Unix: no destructor, no flush, no unlock.
-        child.kill().unwrap();
-        let status = child.wait().unwrap();
-        assert!(!status.success(), "round {round}: the child was killed");
-        let mut out = String::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
+        let out = run_child_until_killed(
+            "crash::crash_child_entry_point_saves_sessions_until_killed",
+            (CHILD_ENV, dir.path().as_os_str()),
+            Duration::from_millis(20 + rng.below(120)),
+        );
         for line in out.lines() {
             // The harness prints the test name without a newline before the first ack.
             let Some(rest) = line.find("ack ").map(|at| &line[at + 4..]) else {

@@ -12,14 +12,23 @@ use proptest::test_runner::{Config, TestRunner};
 #[allow(dead_code)]
 mod checks;
 
+#[cfg(all(feature = "openai", feature = "anthropic"))]
+#[path = "../../fuzz/sse_checks.rs"]
+mod sse_checks;
+
 type Check = fn(&[u8]);
 
-const TARGETS: [(&str, Check); 4] = [
-    ("markdown_declaration", checks::markdown_declaration),
-    ("tools_json", checks::tools_json),
-    ("session_file_names", checks::session_file_names),
-    ("masker", checks::masker),
-];
+/// The fuzz targets whose code is compiled in (`sse_decoders` needs both providers).
+fn targets() -> Vec<(&'static str, Check)> {
+    vec![
+        ("markdown_declaration", checks::markdown_declaration),
+        ("tools_json", checks::tools_json),
+        ("session_file_names", checks::session_file_names),
+        ("masker", checks::masker),
+        #[cfg(all(feature = "openai", feature = "anthropic"))]
+        ("sse_decoders", sse_checks::sse_decoders),
+    ]
+}
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -104,7 +113,7 @@ fn edit() -> impl Strategy<Value = Edit> {
 #[test]
 fn every_checked_in_corpus_input_satisfies_its_fuzz_target() {
     let mut total = 0;
-    for (target, check) in TARGETS {
+    for (target, check) in targets() {
         let inputs = corpus(target);
         assert!(!inputs.is_empty(), "{target} has a seed corpus");
         for input in &inputs {
@@ -117,7 +126,7 @@ fn every_checked_in_corpus_input_satisfies_its_fuzz_target() {
 
 #[test]
 fn mutated_seeds_never_break_a_fuzz_target_property() {
-    for (target, check) in TARGETS {
+    for (target, check) in targets() {
         let seeds = corpus(target);
         let strategy = (
             prop::sample::select(seeds),
@@ -134,7 +143,7 @@ fn mutated_seeds_never_break_a_fuzz_target_property() {
 
 #[test]
 fn random_bytes_never_break_a_fuzz_target_property() {
-    for (target, check) in TARGETS {
+    for (target, check) in targets() {
         runner()
             .run(&prop::collection::vec(any::<u8>(), 0..256), |bytes| {
                 check(&bytes);
@@ -272,4 +281,54 @@ fn structured_inputs_never_break_the_parser_properties() {
             Ok(())
         })
         .unwrap_or_else(|e| panic!("tools_json: {e}"));
+}
+
+/// Event streams assembled from the providers' field names, event types, payload
+/// fragments and line ends (hostile numbers included).
+#[cfg(all(feature = "openai", feature = "anthropic"))]
+fn sse_stream() -> impl Strategy<Value = Vec<u8>> {
+    let piece = prop::sample::select(vec![
+        "data: ",
+        "data:",
+        "event: ",
+        ": ping",
+        "id: 1",
+        "retry: x",
+        "\n",
+        "\r\n",
+        "\r",
+        "\n\n",
+        "\u{feff}",
+        "[DONE]",
+        "message_start",
+        "content_block_delta",
+        "message_stop",
+        "ping",
+        "error",
+        r#"{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":18446744073709551615,"id":"c","function":{"name":"add","arguments":"{"}}]}}]}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":18446744073709551615,"completion_tokens":-1}}"#,
+        r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        r#"{"type":"message_start","message":{"usage":{"input_tokens":18446744073709551615,"cache_read_input_tokens":9}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"add","input":{"a":1}}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":1e300}}"#,
+        r#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#,
+        r#"{"error":{"message":"no","code":429}}"#,
+        "{\"",
+        "}",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    ]);
+    prop::collection::vec(piece, 0..24).prop_map(|p| p.concat().into_bytes())
+}
+
+#[cfg(all(feature = "openai", feature = "anthropic"))]
+#[test]
+fn structured_event_streams_never_break_the_sse_decoder_properties() {
+    runner()
+        .run(&sse_stream(), |bytes| {
+            sse_checks::sse_decoders(&bytes);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("sse_decoders: {e}"));
 }

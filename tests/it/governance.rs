@@ -122,12 +122,19 @@ async fn arguments_that_are_not_an_object_are_refused_before_any_hook_or_tool_se
             .hook(refund_cap(&seen))
             .build()
             .unwrap();
-        let outcome = agent.run(vec![Msg::user("go")], session("s")).await.unwrap();
+        let outcome = agent
+            .run(vec![Msg::user("go")], session("s"))
+            .await
+            .unwrap();
         assert!(log.entries().is_empty(), "{raw}: the tool never ran");
         assert!(seen.entries().is_empty(), "{raw}: no hook was asked");
         let results = results_in_request(&model, 1);
         assert!(results[0].1, "{raw}: an error result");
-        assert!(results[0].2.contains("Invalid arguments"), "{raw}: {}", results[0].2);
+        assert!(
+            results[0].2.contains("Invalid arguments"),
+            "{raw}: {}",
+            results[0].2
+        );
         assert!(outcome.reply.text().contains("done"));
         assert_memory_valid(&agent.messages(&key("s")).await);
     }
@@ -169,11 +176,17 @@ async fn a_rename_by_a_later_hook_is_rechecked_by_the_earlier_deny_hook() {
         .hook(renamer)
         .build()
         .unwrap();
-    let outcome = agent.run(vec![Msg::user("go")], session("s")).await.unwrap();
+    let outcome = agent
+        .run(vec![Msg::user("go")], session("s"))
+        .await
+        .unwrap();
     assert!(log.entries().is_empty(), "the renamed refund never ran");
     assert_eq!(
         seen.entries(),
-        [r#"lookup:{"amount":5000}"#, r#"submitRefund:{"amount":5000}"#],
+        [
+            r#"lookup:{"amount":5000}"#,
+            r#"submitRefund:{"amount":5000}"#
+        ],
         "the deny hook saw the call again in its final form"
     );
     let results = results_in_request(&model, 1);
@@ -203,7 +216,10 @@ async fn hooks_that_never_agree_on_a_call_get_it_denied_after_the_pass_limit() {
         .decision_trail(true)
         .build()
         .unwrap();
-    let outcome = agent.run(vec![Msg::user("go")], session("s")).await.unwrap();
+    let outcome = agent
+        .run(vec![Msg::user("go")], session("s"))
+        .await
+        .unwrap();
     assert!(log.entries().is_empty(), "no form of the call ran");
     let results = results_in_request(&model, 1);
     assert!(results[0].1);
@@ -212,8 +228,12 @@ async fn hooks_that_never_agree_on_a_call_get_it_denied_after_the_pass_limit() {
         "{}",
         results[0].2
     );
-    assert!(outcome.decisions.iter().any(|d| d.kind == DecisionKind::ToolDenied
-        && d.hook == "<runtime>"));
+    assert!(
+        outcome
+            .decisions
+            .iter()
+            .any(|d| d.kind == DecisionKind::ToolDenied && d.hook == "<runtime>")
+    );
     assert_eq!(rein::agent::MAX_PRE_ACTING_PASSES, 4);
 }
 
@@ -238,7 +258,10 @@ async fn reused_model_call_ids_get_runtime_ids_and_the_stored_session_reloads() 
             .build()
             .unwrap()
     };
-    build().call_with(vec![Msg::user("go")], session("s")).await.unwrap();
+    build()
+        .call_with(vec![Msg::user("go")], session("s"))
+        .await
+        .unwrap();
     assert_eq!(log.entries(), ["add:1+2", "add:3+4", "add:5+6"]);
     // A restart: a new agent loads the session from disk and continues it.
     let restarted = build();
@@ -289,7 +312,10 @@ async fn an_approval_decision_never_approves_a_later_call_that_reuses_the_model_
         .hook(stop_for_human())
         .build()
         .unwrap();
-    let first = agent.run(vec![Msg::user("refund 1")], session("s")).await.unwrap();
+    let first = agent
+        .run(vec![Msg::user("refund 1")], session("s"))
+        .await
+        .unwrap();
     let waiting = pending_approvals(&first.reply);
     assert_eq!(waiting.len(), 1);
     // The human approves the refund of 1 by its id, and the caller keeps using the
@@ -333,26 +359,42 @@ async fn a_decision_bound_to_a_call_does_not_apply_once_a_hook_changed_the_call(
         .hook(raise)
         .build()
         .unwrap();
-    let first = agent.run(vec![Msg::user("go")], session("s")).await.unwrap();
+    let first = agent
+        .run(vec![Msg::user("go")], session("s"))
+        .await
+        .unwrap();
     let waiting = pending_approvals(&first.reply);
     let ctx = session("s");
     ctx.extensions()
         .insert(ApprovalDecisions::new().approve_call(&waiting[0]));
     agent.run(vec![], ctx).await.unwrap();
-    assert!(log.entries().is_empty(), "the changed call was not approved");
+    assert!(
+        log.entries().is_empty(),
+        "the changed call was not approved"
+    );
     let stored = agent.messages(&key("s")).await;
     let result = stored.iter().flat_map(|m| m.tool_results()).next().unwrap();
-    assert!(result.is_error && result.content.contains("changed"), "{}", result.content);
+    assert!(
+        result.is_error && result.content.contains("changed"),
+        "{}",
+        result.content
+    );
 }
 
 #[tokio::test]
 async fn call_input_with_a_tool_use_and_no_result_is_refused_and_memory_stays_valid() {
     let log = Log::default();
     let model = ScriptedModel::new([ScriptedTurn::text("hi")]);
-    let agent = builder_with_tools(&model, vec![add_tool(&log)]).build().unwrap();
+    let agent = builder_with_tools(&model, vec![add_tool(&log)])
+        .build()
+        .unwrap();
     let dangling = Msg::new(
         Role::Assistant,
-        vec![ContentBlock::ToolUse(ToolUse::new("x1", "add", json!({"a": 1, "b": 2})))],
+        vec![ContentBlock::ToolUse(ToolUse::new(
+            "x1",
+            "add",
+            json!({"a": 1, "b": 2}),
+        ))],
     );
     let err = agent
         .call_with(vec![Msg::user("hi"), dangling], session("s"))
@@ -378,7 +420,11 @@ async fn a_complete_tool_exchange_in_call_input_is_accepted_and_reloads() {
         Msg::user("what is 1+2?"),
         Msg::new(
             Role::Assistant,
-            vec![ContentBlock::ToolUse(ToolUse::new("x1", "add", json!({"a": 1, "b": 2})))],
+            vec![ContentBlock::ToolUse(ToolUse::new(
+                "x1",
+                "add",
+                json!({"a": 1, "b": 2}),
+            ))],
         ),
         Msg::tool([ToolResult::new("x1", "add", "3")]),
     ];
@@ -424,7 +470,9 @@ async fn concurrent_calls_with_clones_of_one_context_never_share_run_state() {
     ]);
     let agent = builder(&model).hook(run_probe(&out)).build().unwrap();
     let shared = RunContext::new();
-    shared.extensions().insert(ApprovalDecisions::new().approve("c1"));
+    shared
+        .extensions()
+        .insert(ApprovalDecisions::new().approve("c1"));
     let a = agent.call_with(vec![Msg::user("a")], shared.clone().with_session_id("a"));
     let b = agent.call_with(vec![Msg::user("b")], shared.clone().with_session_id("b"));
     let (ra, rb) = tokio::join!(a, b);
@@ -433,7 +481,11 @@ async fn concurrent_calls_with_clones_of_one_context_never_share_run_state() {
     let out = out.lock().unwrap().clone();
     assert_eq!(out.len(), 2);
     for (session, _, held) in &out {
-        assert_eq!(held, &[session.clone()], "each call saw only its own run state");
+        assert_eq!(
+            held,
+            &[session.clone()],
+            "each call saw only its own run state"
+        );
     }
     assert_ne!(out[0].1, out[1].1, "two concurrent calls are two runs");
     // The value stored before the calls is visible to both; a later sequential call
@@ -451,7 +503,10 @@ async fn a_turn_with_more_tool_calls_than_the_limit_runs_only_the_limit() {
         .decision_trail(true)
         .build()
         .unwrap();
-    let outcome = agent.run(vec![Msg::user("go")], session("s")).await.unwrap();
+    let outcome = agent
+        .run(vec![Msg::user("go")], session("s"))
+        .await
+        .unwrap();
     assert_eq!(log.entries().len(), 3);
     let results = results_in_request(&model, 1);
     assert_eq!(results.len(), 5, "every call has a result");
@@ -480,16 +535,21 @@ async fn a_tool_result_over_the_limit_is_cut_with_a_marker_and_recorded() {
         .decision_trail(true)
         .build()
         .unwrap();
-    let outcome = agent.run(vec![Msg::user("go")], session("s")).await.unwrap();
+    let outcome = agent
+        .run(vec![Msg::user("go")], session("s"))
+        .await
+        .unwrap();
     let results = results_in_request(&model, 1);
     let text = &results[0].2;
     assert!(text.starts_with(&"é".repeat(50)), "cut on a char boundary");
     assert!(text.contains("truncated by the runtime") && text.contains("2000 bytes"));
     assert!(text.len() < 300);
-    assert!(outcome
-        .decisions
-        .iter()
-        .any(|d| d.kind == DecisionKind::ToolResultTruncated));
+    assert!(
+        outcome
+            .decisions
+            .iter()
+            .any(|d| d.kind == DecisionKind::ToolResultTruncated)
+    );
 }
 
 #[tokio::test]
@@ -570,4 +630,62 @@ async fn with_release_after_acceptance_a_withdrawn_reply_never_reaches_the_strea
     let (texts, redone) = streamed_texts(StreamRelease::Immediate).await;
     assert!(texts.concat().contains("paid"));
     assert!(redone);
+}
+
+#[tokio::test]
+async fn a_subagents_call_waiting_for_a_human_surfaces_on_the_top_level_reply_and_runs_once_when_approved()
+ {
+    let log = Log::default();
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call(
+            SPAWN_TOOL,
+            json!({"agent_id": "refunder", "task": "refund 20"}),
+        ),
+        ScriptedTurn::tool_call("submitRefund", json!({"amount": 20})),
+        // After the approval: the child answers, then the parent.
+        ScriptedTurn::text("refunded 20"),
+        ScriptedTurn::text("done: refunded"),
+    ]);
+    let child = SubagentDeclaration::builder("refunder")
+        .description("files refunds")
+        .tools(["submitRefund"])
+        .build()
+        .unwrap();
+    let agent = builder_with_tools(&model, vec![refund_tool(&log)])
+        .name("support")
+        .hook(stop_for_human())
+        .subagent(child)
+        .build()
+        .unwrap();
+    let first = agent
+        .run(vec![Msg::user("refund me")], session("s"))
+        .await
+        .unwrap();
+    assert_eq!(first.reason, StopReason::SubagentStopped);
+    assert!(log.entries().is_empty(), "nothing ran before the decision");
+    let waiting = pending_approvals(&first.reply);
+    assert_eq!(waiting.len(), 1, "{:?}", first.reply.metadata);
+    assert_eq!(waiting[0].name, "submitRefund");
+    assert_eq!(waiting[0].input, json!({"amount": 20}));
+    let calls = first.reply.metadata[rein::agent::PENDING_CALLS_KEY].clone();
+    assert_eq!(calls[0]["agent"], "support/refunder");
+    // The delegation call is what stays pending in the parent's session.
+    let stored = agent.messages(&key("s")).await;
+    let last = stored.last().unwrap();
+    assert_eq!(last.tool_uses()[0].name, SPAWN_TOOL);
+
+    // A human approves the call they saw; the resumed top-level call carries the
+    // decision down to the child that waits.
+    let ctx = session("s");
+    ctx.extensions()
+        .insert(ApprovalDecisions::new().approve_call(&waiting[0]));
+    let second = agent.run(vec![], ctx.clone()).await.unwrap();
+    assert_eq!(second.reason, StopReason::Final);
+    assert_eq!(second.reply.text(), "done: refunded");
+    assert_eq!(
+        log.entries(),
+        [r#"refund:{"amount":20}"#],
+        "ran exactly once"
+    );
+    assert_memory_valid(&agent.messages(&key("s")).await);
 }

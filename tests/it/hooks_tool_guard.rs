@@ -190,7 +190,8 @@ async fn a_guarded_call_runs_with_the_guarded_arguments_and_memory_records_them(
     let used = stored[1].tool_uses()[0].clone();
     assert!(used.id.starts_with("call_"), "a runtime id: {}", used.id);
     assert_eq!(
-        stored[2].tool_results()[0].id, used.id,
+        stored[2].tool_results()[0].id,
+        used.id,
         "the result pairs with the stored use"
     );
     assert_eq!(used.input, json!({"amount": 1000, "channel": "online"}));

@@ -7,6 +7,7 @@
     unreachable_pub
 )]
 
+mod audit_jsonl;
 mod build;
 mod chain_properties;
 mod crash;
@@ -25,6 +26,10 @@ mod hooks_latency;
 mod hooks_masking;
 mod hooks_self_correction;
 mod hooks_tool_guard;
+#[cfg(feature = "mcp")]
+mod hostile_mcp;
+#[cfg(all(feature = "openai", feature = "anthropic"))]
+mod hostile_providers;
 mod load;
 mod loop_control;
 #[cfg(feature = "mcp")]
@@ -44,7 +49,9 @@ mod providers_support;
 mod providers_transport;
 mod sessions;
 mod streaming;
+mod subagent_hardening;
 mod subagent_properties;
+mod subagent_workspaces;
 mod subagents;
 mod support;
 mod sync_hooks;

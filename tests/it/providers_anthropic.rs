@@ -380,7 +380,10 @@ async fn a_failed_tool_call_is_sent_back_with_is_error() {
     agent.call(Msg::user("go")).await.unwrap();
     let body = &server.bodies()[1];
     let result = &body["messages"][2]["content"][0];
-    assert_eq!(result["tool_use_id"], body["messages"][1]["content"][0]["id"]);
+    assert_eq!(
+        result["tool_use_id"],
+        body["messages"][1]["content"][0]["id"]
+    );
     assert_eq!(result["is_error"], true);
     assert!(result["content"].as_str().unwrap().contains("Unknown tool"));
 }

@@ -199,7 +199,7 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<State>>) {
     let _ = socket.shutdown().await;
 }
 
-async fn read_request(socket: &mut TcpStream) -> Option<Recorded> {
+pub async fn read_request(socket: &mut TcpStream) -> Option<Recorded> {
     let mut buf = Vec::new();
     let mut tmp = [0u8; 4096];
     let head_end = loop {
@@ -254,6 +254,7 @@ pub fn fast_http(attempts: u32) -> HttpConfig {
             max_backoff: Duration::from_millis(4),
             max_retry_after: Duration::from_secs(60),
         },
+        ..HttpConfig::default()
     }
 }
 

@@ -56,7 +56,7 @@ pub fn named_tool(name: &str, log: &Log) -> FunctionTool {
     )
 }
 
-fn decl(name: &str, tools: &[&str]) -> SubagentDeclaration {
+pub fn decl(name: &str, tools: &[&str]) -> SubagentDeclaration {
     SubagentDeclaration::builder(name)
         .description(format!("the {name} subagent"))
         .tools(tools.iter().copied())
@@ -64,12 +64,12 @@ fn decl(name: &str, tools: &[&str]) -> SubagentDeclaration {
         .unwrap()
 }
 
-fn spawn(id: &str, task: &str) -> ScriptedTurn {
+pub fn spawn(id: &str, task: &str) -> ScriptedTurn {
     ScriptedTurn::tool_call(SPAWN_TOOL, json!({"agent_id": id, "task": task}))
 }
 
 /// The tool names offered in request `n`.
-fn offered(model: &ScriptedModel, n: usize) -> Vec<String> {
+pub fn offered(model: &ScriptedModel, n: usize) -> Vec<String> {
     model.requests()[n]
         .tools
         .iter()
@@ -523,7 +523,7 @@ fn an_allowlist_naming_a_tool_the_parent_cannot_call_fails_the_build() {
 // Workspace files
 // ---------------------------------------------------------------------------------------
 
-fn md(description: &str, tools: &str) -> String {
+pub fn md(description: &str, tools: &str) -> String {
     format!("---\ndescription: {description}\ntools: {tools}\n---\nYou help.\n")
 }
 
@@ -750,9 +750,9 @@ async fn a_code_declaration_wins_over_a_same_name_file() {
 // Hook-contributed tools
 // ---------------------------------------------------------------------------------------
 
-struct Contributes {
-    tools: Vec<(&'static str, &'static str)>,
-    calls: Arc<AtomicUsize>,
+pub struct Contributes {
+    pub tools: Vec<(&'static str, &'static str)>,
+    pub calls: Arc<AtomicUsize>,
 }
 
 impl Hook for Contributes {
@@ -863,8 +863,7 @@ impl SubagentFactory for Widening {
     }
     fn configure(&self, builder: AgentBuilder) -> AgentBuilder {
         // Tries to escape: a new tool the parent does not have, no hooks at all.
-        let mut tools = Toolkit::new();
-        tools.register(named_tool("read", &self.log)).unwrap();
+        let mut tools = builder.current_toolkit().copy();
         tools
             .register(named_tool("format_disk", &self.log))
             .unwrap();
@@ -946,7 +945,10 @@ fn the_example_workspace_is_valid() {
     let model = ScriptedModel::new([]);
     let log = Log::default();
     let agent = builder(&model)
-        .toolkit(toolkit_with(vec![named_tool("query_logs", &log)]))
+        .toolkit(toolkit_with(vec![
+            named_tool("query_logs", &log),
+            named_tool("lookup_order", &log),
+        ]))
         .workspace(ws)
         .build()
         .unwrap();

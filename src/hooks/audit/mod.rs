@@ -1,0 +1,485 @@
+//! [`AuditHook`] and the [`AuditSink`]s it writes structured [`AuditRecord`]s to.
+//!
+//! Split along its seams: `record` (the record and its clock), `sink` (the sink trait
+//! and the memory and tracing sinks), `jsonl` (the JSON-lines file sink, its writer
+//! thread and durability policy) and `pipeline` (the queue and the writer task).
+
+mod jsonl;
+mod pipeline;
+mod record;
+mod sink;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::time::Instant;
+
+pub use jsonl::{Durability, JsonlAuditSink};
+pub use record::{AuditKind, AuditRecord, AuditStatus};
+pub use sink::{AuditSink, AuditSinkError, MemoryAuditSink, TracingAuditSink};
+
+use super::masker::SensitiveDataMasker;
+use super::msg_flags;
+use super::state::{RunStates, next_instance_id};
+use crate::agent::StopReason;
+use crate::hook::{EventKind, FailurePolicy, Hook, HookError, HookEvent, Interest};
+use pipeline::Pipeline;
+use record::WallClock;
+
+/// What the hook does when the audit queue is full.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum QueueFull {
+    /// Wait for room (backpressure on the call; no record is lost). Default. A sink
+    /// that never returns therefore stalls calls once the queue is full; a call
+    /// cancelled (or a hook timeout) while waiting counts its record as dropped.
+    #[default]
+    Wait,
+    /// Drop the record and count it in [`AuditStats::dropped`].
+    Drop,
+}
+
+/// Which sink a configured audit hook writes to (when no sink is passed in
+/// [`HookServices`](super::HookServices)).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum AuditSinkConfig {
+    /// [`TracingAuditSink`] (default).
+    #[default]
+    Tracing,
+    /// [`JsonlAuditSink`] appending to `path`.
+    Jsonl {
+        /// The file to append to.
+        path: PathBuf,
+    },
+}
+
+/// Settings of [`AuditHook`] (the `audit` section of
+/// [`HooksConfig`](super::HooksConfig)). Every key is optional.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Install the hook (default `false`).
+    pub enabled: bool,
+    /// Mask personal data in tool arguments (default `true`).
+    pub mask_args: bool,
+    /// Mask personal data in final answers and redone turns (default `true`).
+    pub mask_answer: bool,
+    /// Capacity of the queue between the hook and the sink (default 1024). `0`
+    /// writes to the sink directly on the agent's path instead.
+    pub queue_capacity: usize,
+    /// What happens when the queue is full (default `wait`).
+    pub on_full: QueueFull,
+    /// The sink to build (default `{ "type": "tracing" }`).
+    pub sink: AuditSinkConfig,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            mask_args: true,
+            mask_answer: true,
+            queue_capacity: 1024,
+            on_full: QueueFull::Wait,
+            sink: AuditSinkConfig::Tracing,
+        }
+    }
+}
+
+/// Delivery counters of an [`AuditHook`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AuditStats {
+    /// Records the sink accepted.
+    pub written: u64,
+    /// Records lost: the sink failed (or panicked), or the queue was full with
+    /// `on_full = drop`. Every loss is also logged at `error` level.
+    pub dropped: u64,
+}
+
+/// Per-call audit state: when each open tool call started and why denied calls were
+/// denied, by tool-call id (a handful at a time: scanned, not hashed).
+#[derive(Default)]
+struct AuditRun {
+    started: Vec<(String, Instant)>,
+    denials: Vec<(String, (String, Option<String>))>,
+}
+
+/// Removes and returns the value stored under `id`.
+fn take_by_id<V>(entries: &mut Vec<(String, V)>, id: &str) -> Option<V> {
+    let i = entries.iter().position(|(k, _)| k == id)?;
+    Some(entries.swap_remove(i).1)
+}
+
+/// Writes an [`AuditRecord`] for every executed tool call, every denied (blocked) tool
+/// call, every redone reasoning turn, every final answer and every failed call.
+/// Priority **850** (after the governance hooks, before [`MaskingHook`](super::MaskingHook),
+/// so it sees the raw reply and masks it itself); off by default in
+/// [`HooksConfig`](super::HooksConfig).
+///
+/// Records carry the agent (name, id, parent, depth), the session, run and user ids,
+/// and per kind: tool-call id, tool, arguments as JSON, status and duration; denial
+/// reason and denying hook; the answer, stop reason and flags (such as
+/// `self_correction_exhausted`); the error message and kind. Arguments are masked with
+/// `mask_args`, answers with `mask_answer`, reasons and errors always.
+///
+/// Records are handed to a bounded queue (`queue_capacity`) drained by a background
+/// task on the current tokio runtime, so a slow sink never blocks a call (with
+/// `on_full = wait` a full queue applies backpressure instead of losing records). A
+/// sink failure is logged and counted ([`AuditHook::stats`]); call
+/// [`AuditHook::flush`] before shutting down so nothing queued is lost. The hook never
+/// fails a call (failure policy [`Ignore`](FailurePolicy::Ignore)).
+pub struct AuditHook {
+    id: u64,
+    config: AuditConfig,
+    masker: SensitiveDataMasker,
+    pipeline: Pipeline,
+    clock: WallClock,
+}
+
+impl fmt::Debug for AuditHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AuditHook")
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AuditHook {
+    /// A hook writing to `sink`, masking with `masker`. `config.sink` is ignored (it
+    /// only says which sink [`HooksConfig`](super::HooksConfig) builds).
+    pub fn new(config: AuditConfig, masker: SensitiveDataMasker, sink: Arc<dyn AuditSink>) -> Self {
+        Self {
+            id: next_instance_id(),
+            pipeline: Pipeline::new(sink, config.queue_capacity, config.on_full),
+            clock: WallClock::default(),
+            config,
+            masker,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &AuditConfig {
+        &self.config
+    }
+
+    /// Records written and dropped so far.
+    pub fn stats(&self) -> AuditStats {
+        let c = self.pipeline.counters();
+        AuditStats {
+            written: c.written.load(Ordering::Relaxed),
+            dropped: c.dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Waits until every record queued so far has been handed to the sink, then
+    /// flushes the sink.
+    ///
+    /// # Errors
+    /// The sink's flush error.
+    pub async fn flush(&self) -> Result<(), AuditSinkError> {
+        self.pipeline.flush().await
+    }
+
+    fn mask_text(&self, text: &str) -> String {
+        self.masker.mask(text).into_owned()
+    }
+
+    fn args(&self, input: &Value) -> Value {
+        if self.config.mask_args {
+            mask_json(&self.masker, input)
+        } else {
+            input.clone()
+        }
+    }
+
+    fn answer(&self, text: &str) -> String {
+        if self.config.mask_answer {
+            self.mask_text(text)
+        } else {
+            text.to_owned()
+        }
+    }
+
+    /// Builds the record for an event, updating the per-call state.
+    fn record_for(&self, event: &HookEvent) -> Option<AuditRecord> {
+        let ctx = event.context();
+        let agent = event.agent();
+        let ts = || self.clock.ms_at(event.timestamp());
+        match event {
+            HookEvent::PreCall(_) => {
+                drop(RunStates::reset(
+                    ctx,
+                    self.id,
+                    &agent.id,
+                    AuditRun::default(),
+                ));
+                None
+            }
+            HookEvent::PreActing(e) => {
+                let id = e.tool_use().id.clone();
+                let denial = e
+                    .denial_reason()
+                    .map(|r| (r.to_owned(), e.denied_by().map(str::to_owned)));
+                RunStates::with(
+                    ctx,
+                    self.id,
+                    &agent.id,
+                    AuditRun::default,
+                    |run| match denial {
+                        Some(d) => run.denials.push((id, d)),
+                        None => run.started.push((id, e.timestamp())),
+                    },
+                );
+                None
+            }
+            HookEvent::PostActing(e) => {
+                let tu = e.tool_use();
+                let (started, denial) =
+                    RunStates::<AuditRun>::update(ctx, self.id, &agent.id, |run| {
+                        (
+                            take_by_id(&mut run.started, &tu.id),
+                            take_by_id(&mut run.denials, &tu.id),
+                        )
+                    })
+                    .unwrap_or((None, None));
+                let mut r = AuditRecord::new(
+                    if e.was_denied() {
+                        AuditKind::ToolDenied
+                    } else {
+                        AuditKind::ToolCall
+                    },
+                    ts(),
+                    agent,
+                    ctx,
+                );
+                r.tool_call_id = Some(tu.id.clone());
+                r.tool = Some(tu.name.clone());
+                r.args = Some(self.args(&tu.input));
+                if e.was_denied() {
+                    r.status = Some(AuditStatus::Denied);
+                    let (reason, by) = denial.unwrap_or_else(|| (e.tool_result().text(), None));
+                    r.reason = Some(self.mask_text(&reason));
+                    r.denied_by = by;
+                } else {
+                    r.status = Some(if e.tool_result().is_error {
+                        AuditStatus::Error
+                    } else {
+                        AuditStatus::Ok
+                    });
+                    r.duration_ms = started.map(|s| (e.timestamp() - s).as_secs_f64() * 1000.0);
+                    r.stop_requested = Some(e.is_stop_requested());
+                }
+                Some(r)
+            }
+            HookEvent::PostReasoning(e) => {
+                let correction = e.goto_requested()?;
+                let mut r = AuditRecord::new(AuditKind::ReasoningRedone, ts(), agent, ctx);
+                let hint: Vec<String> = correction.iter().map(|m| m.text()).collect();
+                if !hint.is_empty() {
+                    r.reason = Some(self.mask_text(&hint.join("\n")));
+                }
+                r.answer = Some(self.answer(&e.message().text()));
+                r.flags = msg_flags(e.message());
+                Some(r)
+            }
+            HookEvent::PostCall(e) => {
+                drop(RunStates::<AuditRun>::take(ctx, self.id, &agent.id));
+                let mut r = AuditRecord::new(AuditKind::FinalAnswer, ts(), agent, ctx);
+                r.answer = Some(self.answer(&e.final_message().text()));
+                r.stop_reason = Some(stop_reason(e.reason()).to_owned());
+                r.flags = msg_flags(e.final_message());
+                Some(r)
+            }
+            HookEvent::Error(e) => {
+                drop(RunStates::<AuditRun>::take(ctx, self.id, &agent.id));
+                let mut r = AuditRecord::new(AuditKind::Error, ts(), agent, ctx);
+                r.error = Some(self.mask_text(&e.error().to_string()));
+                r.error_kind = Some(format!("{:?}", e.error().kind()));
+                Some(r)
+            }
+            _ => None,
+        }
+    }
+}
+
+fn stop_reason(reason: StopReason) -> &'static str {
+    match reason {
+        StopReason::Final => "final",
+        StopReason::ReasoningStopped => "reasoning_stopped",
+        StopReason::ActingStopped => "acting_stopped",
+        StopReason::MaxIterations => "max_iterations",
+        StopReason::SubagentStopped => "subagent_stopped",
+    }
+}
+
+/// `value` with every string (and every number whose digits are sensitive) masked.
+/// Object keys are kept. A value with nothing to mask is cloned, not rebuilt.
+pub(crate) fn mask_json(masker: &SensitiveDataMasker, value: &Value) -> Value {
+    masked_json(masker, value).unwrap_or_else(|| value.clone())
+}
+
+/// `Some(masked copy)` when something in `value` is sensitive; `None` (nothing
+/// allocated) when nothing is.
+fn masked_json(masker: &SensitiveDataMasker, value: &Value) -> Option<Value> {
+    match value {
+        Value::String(s) => match masker.mask(s) {
+            Cow::Owned(m) => Some(Value::String(m)),
+            Cow::Borrowed(_) => None,
+        },
+        Value::Number(n) => match masker.mask(&n.to_string()) {
+            Cow::Owned(m) => Some(Value::String(m)),
+            Cow::Borrowed(_) => None,
+        },
+        Value::Array(items) => {
+            let (first, masked) = items
+                .iter()
+                .enumerate()
+                .find_map(|(i, v)| Some((i, masked_json(masker, v)?)))?;
+            let mut out = Vec::with_capacity(items.len());
+            out.extend(items[..first].iter().cloned());
+            out.push(masked);
+            out.extend(items[first + 1..].iter().map(|v| mask_json(masker, v)));
+            Some(Value::Array(out))
+        }
+        Value::Object(map) => {
+            let (first, masked) = map
+                .iter()
+                .enumerate()
+                .find_map(|(i, (_, v))| Some((i, masked_json(masker, v)?)))?;
+            let mut out = map.clone();
+            let mut masked = Some(masked);
+            for (i, (_, v)) in out.iter_mut().enumerate().skip(first) {
+                let replacement = if i == first {
+                    masked.take()
+                } else {
+                    masked_json(masker, v)
+                };
+                if let Some(m) = replacement {
+                    *v = m;
+                }
+            }
+            Some(Value::Object(out))
+        }
+        Value::Null | Value::Bool(_) => None,
+    }
+}
+
+impl Hook for AuditHook {
+    fn name(&self) -> &str {
+        "AuditHook"
+    }
+
+    fn priority(&self) -> i32 {
+        850
+    }
+
+    fn interest(&self) -> Interest {
+        if !self.config.enabled {
+            return Interest::NONE;
+        }
+        Interest::of([
+            EventKind::PreCall,
+            EventKind::PostReasoning,
+            EventKind::PreActing,
+            EventKind::PostActing,
+            EventKind::PostCall,
+            EventKind::Error,
+        ])
+    }
+
+    fn failure_policy(&self) -> FailurePolicy {
+        FailurePolicy::Ignore
+    }
+
+    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        // Built and handed over in a plain call, so no record lives in this future:
+        // it stays small enough to be erased without allocating.
+        let blocked = self
+            .record_for(event)
+            .and_then(|record| self.pipeline.try_submit(record).err());
+        if let Some(blocked) = blocked {
+            // The rare waiting path (a full queue, or no runtime) is boxed for the
+            // same reason.
+            Box::pin(self.pipeline.submit_blocked(blocked)).await;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::hook::{EventMeta, PreActingEvent};
+    use crate::{AgentInfo, RunContext, ToolUse};
+
+    /// The hook future is erased inline (no allocation per event) when it fits the
+    /// chain's 64-byte slot: no record may be held across its await.
+    #[test]
+    fn the_audit_hook_future_fits_the_inline_slot() {
+        let hook = AuditHook::new(
+            AuditConfig::default(),
+            SensitiveDataMasker::default(),
+            Arc::new(MemoryAuditSink::new()),
+        );
+        let info = Arc::new(AgentInfo {
+            id: "a".into(),
+            name: "a".into(),
+            parent_id: None,
+            depth: 0,
+        });
+        let meta = EventMeta::new(
+            &info,
+            &RunContext::new(),
+            Arc::from(Vec::new()),
+            Default::default(),
+        );
+        let mut event = HookEvent::PreActing(PreActingEvent::new(
+            meta,
+            ToolUse::new("1", "x", serde_json::json!({})),
+        ));
+        let fut = Hook::on_event(&hook, &mut event);
+        assert!(
+            std::mem::size_of_val(&fut) <= 64,
+            "{}",
+            std::mem::size_of_val(&fut)
+        );
+    }
+
+    #[test]
+    fn mask_json_masks_every_sensitive_leaf_and_keeps_the_rest_and_the_keys() {
+        let masker = SensitiveDataMasker::default();
+        let input = serde_json::json!({
+            "a": 1,
+            "b": {"list": ["ok", "call 13812345678", 2, {"deep": 13812345678u64}]},
+            "c": "plain",
+            "d": [true, null, "li.wei@example.com"],
+            "z": "13812345678"
+        });
+        let out = mask_json(&masker, &input);
+        assert_eq!(
+            out,
+            serde_json::json!({
+                "a": 1,
+                "b": {"list": ["ok", "call ***", 2, {"deep": "***"}]},
+                "c": "plain",
+                "d": [true, null, "***"],
+                "z": "***"
+            })
+        );
+        let clean = serde_json::json!({"a": [1, "x", {"b": false}], "c": 2.5});
+        assert_eq!(mask_json(&masker, &clean), clean);
+        assert!(masked_json(&masker, &clean).is_none());
+    }
+}
