@@ -54,9 +54,9 @@ pub const CARRY_LIMIT_SPLITS_FIXED: bool = false;
 /// Pending fix (subagent factories): a factory cannot swap in its own instance of a
 /// permitted tool or raise the depth. Until then no case has a widening factory.
 pub const FACTORIES_NARROW_BY_INSTANCE: bool = false;
-/// Pending fix (the lead: stop-for-human inside subagents): a child's call waiting for
-/// a human surfaces on the top-level reply. Until then that is not checked.
-pub const CHILD_APPROVALS_SURFACE: bool = false;
+/// A child's call waiting for a human surfaces on the top-level reply (landed with
+/// `StopReason::SubagentStopped`).
+pub const CHILD_APPROVALS_SURFACE: bool = true;
 
 /// Pending fix (found by this fuzzer): `AgentStream` ends as soon as its call finished
 /// and its channel reports `Pending`, which tokio's cooperative budget makes it do
@@ -358,6 +358,15 @@ async fn call_once(
     }
 }
 
+/// Whether a call ended with tool calls pending in its session (for a human, or a
+/// subagent that waits for one).
+fn waits(reason: StopReason) -> bool {
+    matches!(
+        reason,
+        StopReason::ReasoningStopped | StopReason::SubagentStopped
+    )
+}
+
 async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
     let obs: Shared = Arc::default();
     let dir = TempDir::new("gov-fuzz");
@@ -379,7 +388,7 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
         };
         let result = result?;
         let stopped = match &result {
-            Ok(o) if o.reason == StopReason::ReasoningStopped => {
+            Ok(o) if waits(o.reason) => {
                 saw(5, 1);
                 let waiting = pending_approvals(&o.reply);
                 surfaced.extend(waiting.iter().map(|u| u.id.clone()));
@@ -419,7 +428,7 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
             e
         );
     }
-    let pending = matches!(&last, Ok(o) if o.reason == StopReason::ReasoningStopped);
+    let pending = matches!(&last, Ok(o) if waits(o.reason));
     let memory = agent.messages(&key("s")).await;
     checked(1);
     if let Some(v) = model::history_violation(&memory, pending) {
