@@ -51,9 +51,9 @@ pub const CHILD_STREAMS_MASKED: bool = false;
 /// Pending fix (MaskedStream): a flush at the carry limit never splits a number. Until
 /// then no text runs past the carry limit.
 pub const CARRY_LIMIT_SPLITS_FIXED: bool = false;
-/// Pending fix (subagent factories): a factory cannot swap in its own instance of a
-/// permitted tool or raise the depth. Until then no case has a widening factory.
-pub const FACTORIES_NARROW_BY_INSTANCE: bool = false;
+/// A factory cannot swap in its own instance of a permitted tool or raise the depth
+/// (landed with the subagent hardening); cases include a widening factory.
+pub const FACTORIES_NARROW_BY_INSTANCE: bool = true;
 /// A child's call waiting for a human surfaces on the top-level reply (landed with
 /// `StopReason::SubagentStopped`).
 pub const CHILD_APPROVALS_SURFACE: bool = true;

@@ -172,7 +172,9 @@ pub fn governance(case: &Case, obs: &Obs) -> Result<(), TestCaseError> {
             // A resumed child (its delegation call waited for a human): it ran before.
             checked(1);
             prop_assert!(
-                obs.child_runs[..n].iter().any(|(c, t)| c == child && !t.is_empty()),
+                obs.child_runs[..n]
+                    .iter()
+                    .any(|(c, t)| c == child && !t.is_empty()),
                 "child {} resumed without having run",
                 rec.name
             );
