@@ -227,43 +227,36 @@ pub struct SyncGov(pub Gov);
 /// A generated hook dispatched as a future (it yields once first).
 pub struct AsyncGov(pub Gov);
 
+/// The settings both dispatch flavours take from the spec.
+macro_rules! gov_settings {
+    () => {
+        fn name(&self) -> &str {
+            &self.0.label
+        }
+        fn priority(&self) -> i32 {
+            self.0.spec.priority
+        }
+        fn interest(&self) -> Interest {
+            interest_of(&self.0.spec.kind)
+        }
+        fn failure_policy(&self) -> FailurePolicy {
+            self.0.policy()
+        }
+        fn propagate_to_subagents(&self) -> bool {
+            self.0.spec.propagate
+        }
+    };
+}
+
 impl SyncHook for SyncGov {
-    fn name(&self) -> &str {
-        &self.0.label
-    }
-    fn priority(&self) -> i32 {
-        self.0.spec.priority
-    }
-    fn interest(&self) -> Interest {
-        interest_of(&self.0.spec.kind)
-    }
-    fn failure_policy(&self) -> FailurePolicy {
-        self.0.policy()
-    }
-    fn propagate_to_subagents(&self) -> bool {
-        self.0.spec.propagate
-    }
+    gov_settings!();
     fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
         self.0.handle(event)
     }
 }
 
 impl Hook for AsyncGov {
-    fn name(&self) -> &str {
-        &self.0.label
-    }
-    fn priority(&self) -> i32 {
-        self.0.spec.priority
-    }
-    fn interest(&self) -> Interest {
-        interest_of(&self.0.spec.kind)
-    }
-    fn failure_policy(&self) -> FailurePolicy {
-        self.0.policy()
-    }
-    fn propagate_to_subagents(&self) -> bool {
-        self.0.spec.propagate
-    }
+    gov_settings!();
     async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
         tokio::task::yield_now().await;
         self.0.handle(event)
