@@ -16,6 +16,7 @@ mod failure_policy;
 mod faults;
 mod fuzz_inputs;
 mod governance;
+mod governance_fuzz;
 mod hook_chain;
 mod hook_registry_scoped;
 mod hooks_approval;
