@@ -45,12 +45,12 @@ use crate::support::{TempDir, assert_saved, key};
 use case::{Answer, Approval, Case, DECLS, FACTORY, MARKDOWN};
 use hooks::{ApprovalRec, CallRec, LibGov, Shared};
 
-/// Pending fix (MaskedStream): child events (`AgentEvent::Subagent`) are masked
-/// recursively. Until then the child part of a masked stream is not checked.
-pub const CHILD_STREAMS_MASKED: bool = false;
-/// Pending fix (MaskedStream): a flush at the carry limit never splits a number. Until
-/// then no text runs past the carry limit.
-pub const CARRY_LIMIT_SPLITS_FIXED: bool = false;
+/// Child events (`AgentEvent::Subagent`) of a masked stream are masked recursively
+/// (landed with the MaskedStream fix): the child part of a stream is checked.
+pub const CHILD_STREAMS_MASKED: bool = true;
+/// A flush at the carry limit never splits a number (landed with the MaskedStream
+/// fix): texts run past the carry limit.
+pub const CARRY_LIMIT_SPLITS_FIXED: bool = true;
 /// A factory cannot swap in its own instance of a permitted tool or raise the depth
 /// (landed with the subagent hardening); cases include a widening factory.
 pub const FACTORIES_NARROW_BY_INSTANCE: bool = true;
@@ -58,13 +58,12 @@ pub const FACTORIES_NARROW_BY_INSTANCE: bool = true;
 /// `StopReason::SubagentStopped`).
 pub const CHILD_APPROVALS_SURFACE: bool = true;
 
-/// Pending fix (found by this fuzzer): `AgentStream` ends as soon as its call finished
-/// and its channel reports `Pending`, which tokio's cooperative budget makes it do
-/// while events (and the `Final` item) are still buffered; a streamed call with a busy
-/// subagent loses its tail. Until then streams are collected outside the budget
-/// (`tokio::task::unconstrained`); the "ends with `Final` or `Error`" check stays on.
+/// Found by this fuzzer, fixed: `AgentStream` ended as soon as its call finished and
+/// its channel reported `Pending`, which tokio's cooperative budget made it do while
+/// events (and the `Final` item) were still buffered. Streams are now collected under
+/// the budget, as a user's task does.
 /// See [`a_streamed_call_with_a_busy_subagent_still_ends_with_its_final_item`].
-pub const STREAM_DRAINED_UNDER_COOP_BUDGET: bool = false;
+pub const STREAM_DRAINED_UNDER_COOP_BUDGET: bool = true;
 
 static CASES: AtomicU64 = AtomicU64::new(0);
 static CHECKS: AtomicU64 = AtomicU64::new(0);
@@ -542,8 +541,6 @@ async fn stream_with_busy_child(release: StreamRelease, words: usize) -> Vec<Age
 /// stream without the rest of the events and without `Final` (on current main: 8 of
 /// about 60 items for 200 words after acceptance; deterministic in one task).
 #[tokio::test]
-#[ignore = "AgentStream drops buffered events once its call finished (tokio coop budget); \
-            un-ignore with the fix and flip STREAM_DRAINED_UNDER_COOP_BUDGET"]
 async fn a_streamed_call_with_a_busy_subagent_still_ends_with_its_final_item() {
     for release in [StreamRelease::Immediate, StreamRelease::AfterAcceptance] {
         for words in [10, 100, 200, 400] {
