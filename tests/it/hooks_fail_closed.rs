@@ -264,3 +264,12 @@ fn hooks_config_from_path_reads_json_yaml_and_toml_and_names_the_file_on_errors(
     let missing = HooksConfig::from_path(dir.path().join("none.json")).unwrap_err();
     assert!(missing.to_string().contains("cannot read"), "{missing}");
 }
+
+#[test]
+fn a_misspelt_refund_tool_of_self_correction_fails_the_build() {
+    let config = yaml("self_correction: {enabled: true, refund_tools: [submitrefund]}");
+    let err = refund_agent(&config, &ScriptedModel::new([]), &Log::default()).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("self_correction.refund_tools[0]"), "{msg}");
+    assert!(msg.contains("did you mean `submitRefund`"), "{msg}");
+}
