@@ -273,3 +273,30 @@ fn a_misspelt_refund_tool_of_self_correction_fails_the_build() {
     assert!(msg.contains("self_correction.refund_tools[0]"), "{msg}");
     assert!(msg.contains("did you mean `submitRefund`"), "{msg}");
 }
+
+/// The annotated reference configuration in `examples/` documents every key and builds.
+#[test]
+fn hooks_config_reference_names_every_key_and_builds_on_the_refund_agent() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hooks_reference.yaml");
+    let config = HooksConfig::from_path(&path).unwrap();
+    let file: serde_json::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let defaults = serde_json::to_value(HooksConfig::default()).unwrap();
+    for (section, keys) in defaults.as_object().unwrap() {
+        let documented = file.get(section).and_then(|s| s.as_object());
+        assert!(documented.is_some(), "section `{section}` is missing");
+        for key in keys.as_object().unwrap().keys() {
+            assert!(
+                documented.unwrap().contains_key(key),
+                "`{section}.{key}` is not in the reference"
+            );
+        }
+    }
+    let hooks = config.build().unwrap();
+    let log = Log::default();
+    let model = ScriptedModel::new([]);
+    hooks
+        .install(builder_with_tools(&model, vec![refund_tool(&log), query_tool(&log)]))
+        .build()
+        .unwrap();
+}
