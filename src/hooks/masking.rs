@@ -57,6 +57,26 @@ pub struct MaskingConfig {
     /// unfinished token is emitted; the token itself is held up to `max(limit, 64)`
     /// bytes and masked whole beyond that, never split.
     pub stream_carry_limit: usize,
+    /// Where a subagent's reply is masked (default `parent`). See [`SubagentBoundary`].
+    pub subagent_replies: SubagentBoundary,
+}
+
+/// Whether a subagent's reply is masked before its parent reads it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SubagentBoundary {
+    /// Masked when it crosses to the parent (default): the parent model never reads the
+    /// child's personal data, so it cannot repeat it — the safe choice when the parent
+    /// does not need the data (most delegations summarise or analyse).
+    #[default]
+    Parent,
+    /// Masked only where it reaches the user: the parent model reads the child's reply
+    /// as the child wrote it (still subject to `mask_tool_results`, since it arrives as
+    /// the delegation tool's result), and the top-level reply and masked streams are
+    /// masked as always. For parents that must act on the data (e.g. pass an order's
+    /// phone number to a tool).
+    User,
 }
 
 impl Default for MaskingConfig {
@@ -67,6 +87,7 @@ impl Default for MaskingConfig {
             mask_thinking: true,
             on_error: OnError::FailClosed,
             stream_carry_limit: 256,
+            subagent_replies: SubagentBoundary::Parent,
         }
     }
 }
@@ -206,7 +227,10 @@ impl SyncHook for MaskingHook {
 
     fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
         match event {
-            HookEvent::PostCall(e) => {
+            HookEvent::PostCall(e)
+                if e.agent().depth == 0
+                    || self.config.subagent_replies == SubagentBoundary::Parent =>
+            {
                 if let Some(masked) = self.mask_message(e.final_message()) {
                     tracing::info!(
                         target: "rein::masking",

@@ -87,7 +87,7 @@ pub use masker::{
     DEFAULT_REPLACEMENT, MaskStyle, MaskerBuilder, MaskerConfig, MaskerError, NamedPattern,
     SensitiveDataMasker, SensitiveKind, SensitiveMatch,
 };
-pub use masking::{MaskedStream, MaskingConfig, MaskingHook, OnError};
+pub use masking::{MaskedStream, MaskingConfig, MaskingHook, OnError, SubagentBoundary};
 pub use self_correction::{
     CorrectionRole, FLAG_CORRECTED, FLAG_CORRECTION_EXHAUSTED, SelfCorrectionConfig,
     SelfCorrectionHook,

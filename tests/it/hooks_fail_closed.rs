@@ -277,7 +277,8 @@ fn a_misspelt_refund_tool_of_self_correction_fails_the_build() {
 /// The annotated reference configuration in `examples/` documents every key and builds.
 #[test]
 fn hooks_config_reference_names_every_key_and_builds_on_the_refund_agent() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hooks_reference.yaml");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hooks_reference.yaml");
     let config = HooksConfig::from_path(&path).unwrap();
     let file: serde_json::Value =
         serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
@@ -296,7 +297,10 @@ fn hooks_config_reference_names_every_key_and_builds_on_the_refund_agent() {
     let log = Log::default();
     let model = ScriptedModel::new([]);
     hooks
-        .install(builder_with_tools(&model, vec![refund_tool(&log), query_tool(&log)]))
+        .install(builder_with_tools(
+            &model,
+            vec![refund_tool(&log), query_tool(&log)],
+        ))
         .build()
         .unwrap();
 }

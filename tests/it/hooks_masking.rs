@@ -299,3 +299,57 @@ async fn the_masked_stream_holds_back_unfinished_tokens_and_flushes_before_other
     .await;
     assert!(matches!(first, Some(AgentEvent::TextDelta(t)) if t == "电话"));
 }
+
+mod subagent_boundary {
+    use rein::hooks::{HooksConfig, SubagentBoundary};
+    use rein::*;
+    use serde_json::json;
+
+    use crate::support::*;
+
+    async fn parent_reads(boundary: &str) -> (String, String) {
+        let model = ScriptedModel::new([
+            ScriptedTurn::tool_call(
+                SPAWN_TOOL,
+                json!({"agent_id": "lookup", "task": "find the phone"}),
+            ),
+            ScriptedTurn::text("The customer's phone is 13800138000."),
+            ScriptedTurn::text("Found it: 13800138000."),
+        ]);
+        let config: HooksConfig = serde_json::from_value(json!({
+            "masking": {"enabled": true, "subagent_replies": boundary}
+        }))
+        .unwrap();
+        let child = SubagentDeclaration::builder("lookup")
+            .description("looks things up")
+            .build()
+            .unwrap();
+        let agent = config
+            .build()
+            .unwrap()
+            .install(builder(&model).subagent(child))
+            .build()
+            .unwrap();
+        let reply = agent.call(Msg::user("phone?")).await.unwrap();
+        let results = results_in_request(&model, 2);
+        (results[0].2.clone(), reply.text())
+    }
+
+    #[tokio::test]
+    async fn by_default_a_childs_reply_is_masked_before_the_parent_reads_it() {
+        let (parent_read, reply) = parent_reads("parent").await;
+        assert!(!parent_read.contains("13800138000"), "{parent_read}");
+        assert!(!reply.contains("13800138000"), "{reply}");
+    }
+
+    #[tokio::test]
+    async fn with_the_user_boundary_the_parent_reads_the_data_and_the_user_still_gets_it_masked() {
+        let (parent_read, reply) = parent_reads("user").await;
+        assert!(parent_read.contains("13800138000"), "{parent_read}");
+        assert!(!reply.contains("13800138000"), "{reply}");
+        assert_eq!(
+            serde_json::to_value(SubagentBoundary::default()).unwrap(),
+            json!("parent")
+        );
+    }
+}
