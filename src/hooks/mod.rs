@@ -10,9 +10,11 @@
 //! | [`AuditHook`] | 850 | tool calls, denials, redos, final answers, errors → [`AuditSink`] | off |
 //! | [`MaskingHook`] | 900 | `PostCall` (and optionally tool results, streamed deltas) | off |
 //!
-//! Configure them all with one [`HooksConfig`] (serde, any format) and install the
-//! enabled ones with [`HooksConfig::install`], or [`HooksConfig::build_with`] then
-//! [`Hooks::install`] to keep handles and pass an [`Approver`] or an [`AuditSink`]:
+//! Configure them all with one [`HooksConfig`] (serde, any format; or a file with
+//! [`HooksConfig::from_path`]), build the enabled ones with [`HooksConfig::build`] (or
+//! [`HooksConfig::build_with`] to pass an [`Approver`] or an [`AuditSink`]) and add them
+//! to an agent with [`Hooks::install`]. Every tool name the configuration holds is
+//! checked against the agent's tools when the agent is built ([`Hook::validate_on`](crate::Hook::validate_on)):
 //!
 //! ```
 //! use rein::*;
