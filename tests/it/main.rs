@@ -19,6 +19,7 @@ mod governance;
 mod hook_chain;
 mod hooks_approval;
 mod hooks_audit;
+mod hooks_audit_trail;
 mod hooks_config;
 mod hooks_dynamic_options;
 mod hooks_latency;
