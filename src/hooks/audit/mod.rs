@@ -56,10 +56,15 @@ pub enum AuditSinkConfig {
     /// [`TracingAuditSink`] (default).
     #[default]
     Tracing,
-    /// [`JsonlAuditSink`] appending to `path`.
+    /// [`JsonlAuditSink`] appending to `path`, syncing per `durability`.
     Jsonl {
         /// The file to append to.
         path: PathBuf,
+        /// When records are forced to stable storage (default batched, at most
+        /// 1000 ms): `every_record`, `none`, or `{ batched: { max_delay_ms: N } }`.
+        /// See [`Durability`].
+        #[serde(default)]
+        durability: Durability,
     },
 }
 
