@@ -124,6 +124,10 @@ pub struct LatencyConfig {
     /// names are recorded as `other`, so dynamic tools cannot grow the series without
     /// bound.
     pub max_tool_labels: usize,
+    /// How many distinct agent names get their own label per depth (default 64);
+    /// further agents are recorded as `other` at their depth (see [`LatencyAgent`]).
+    /// Tool labels are capped per agent label.
+    pub max_agent_labels: usize,
     /// Prefix of the exported metric names (default `rein.agent.latency`, giving
     /// `rein.agent.latency.e2e` and so on). Used with the `metrics` feature.
     pub metric_prefix: String,
@@ -135,13 +139,15 @@ impl Default for LatencyConfig {
             enabled: true,
             ttft: TtftMode::FirstChunk,
             max_tool_labels: 64,
+            max_agent_labels: 64,
             metric_prefix: "rein.agent.latency".to_owned(),
         }
     }
 }
 
 /// Percentiles of one series (segment, tool label, outcome) at the time of a
-/// [`LatencyHook::snapshot`]. Durations have two significant decimal digits of
+/// [`LatencyHook::snapshot`] (or one of the other views), merged over the agents of
+/// the view. Durations have two significant decimal digits of
 /// precision (HDR histogram, microsecond unit).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -168,7 +174,8 @@ pub struct LatencySeries {
     pub p99: Duration,
 }
 
-/// Every series a [`LatencyHook`] recorded, ordered by segment, tool and outcome.
+/// The series of one view of a [`LatencyHook`] (top-level, one agent, or all),
+/// ordered by segment, tool and outcome.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LatencySnapshot {
     series: Vec<LatencySeries>,
@@ -247,10 +254,34 @@ impl fmt::Display for LatencySnapshot {
 /// One histogram per [`Outcome`], created on first sample.
 type Row = [Option<Histogram<u64>>; 4];
 
-/// Every histogram of one hook, indexed so that recording a sample never hashes or
-/// allocates once its series exists.
-#[derive(Default)]
-struct Series {
+/// Which agent a sample belongs to: its name and depth (0 for a top-level agent, 1
+/// for a subagent it delegated to, and so on). Agents beyond
+/// [`LatencyConfig::max_agent_labels`] share the name `other` at their depth.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub struct LatencyAgent {
+    /// The agent's name ([`AgentInfo::name`](crate::AgentInfo)), or `other`.
+    pub name: String,
+    /// The agent's depth ([`AgentInfo::depth`](crate::AgentInfo)).
+    pub depth: u32,
+}
+
+impl LatencyAgent {
+    /// The label of agent `name` at `depth`.
+    pub fn new(name: impl Into<String>, depth: u32) -> Self {
+        Self {
+            name: name.into(),
+            depth,
+        }
+    }
+}
+
+/// The histograms of one agent label, indexed so that recording a sample never
+/// hashes or allocates once its series exists.
+struct AgentSeries {
+    label: LatencyAgent,
+    /// The label's name, shared with the calls that record into it.
+    name: Arc<str>,
     /// Samples without a tool label, by [`Segment`].
     plain: [Row; 5],
     /// Tool samples by label, in first-seen order: at most `max_tool_labels` tool
@@ -258,7 +289,7 @@ struct Series {
     tools: Vec<(Box<str>, Row)>,
 }
 
-impl Series {
+impl AgentSeries {
     /// The row of tool label `label`, created if absent.
     fn tool_row(&mut self, label: &str) -> &mut Row {
         let i = match self.tools.iter().position(|(name, _)| **name == *label) {
@@ -270,6 +301,35 @@ impl Series {
         };
         &mut self.tools[i].1
     }
+
+    /// Every row with its segment and tool label.
+    fn rows(&self) -> impl Iterator<Item = (Segment, Option<&str>, &Row)> {
+        Segment::ALL
+            .iter()
+            .map(|&s| (s, None, &self.plain[s as usize]))
+            .chain(
+                self.tools
+                    .iter()
+                    .map(|(name, row)| (Segment::Tool, Some(&**name), row)),
+            )
+    }
+}
+
+/// Every agent label a hook has seen, in first-seen order. Labels are never removed
+/// (a [`LatencyHook::reset`] clears their samples), so an index stays valid for the
+/// hook's lifetime.
+#[derive(Default)]
+struct Series {
+    agents: Vec<AgentSeries>,
+}
+
+/// An agent's series, resolved once per call: every sample of the call is recorded
+/// by index, and the name is shared (no allocation, no string comparison per event).
+#[derive(Clone)]
+struct AgentSlot {
+    index: usize,
+    name: Arc<str>,
+    depth: u32,
 }
 
 /// The hook's aggregate: histograms only, no per-call state.
@@ -277,6 +337,7 @@ struct Recorder {
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     prefix: String,
     max_tool_labels: usize,
+    max_agent_labels: usize,
     series: Mutex<Series>,
 }
 
@@ -285,11 +346,54 @@ impl Recorder {
         self.series.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn record(&self, segment: Segment, tool: Option<&str>, outcome: Outcome, elapsed: Duration) {
+    /// The series of agent `name` at `depth` (`other` at `depth` beyond the cap),
+    /// created if absent.
+    fn slot(&self, name: &str, depth: u32) -> AgentSlot {
+        let mut series = self.lock();
+        let find = |s: &Series, n: &str| {
+            s.agents
+                .iter()
+                .position(|a| a.label.depth == depth && a.label.name == n)
+        };
+        let named = || series.agents.iter().filter(|a| a.label.name != "other").count();
+        let label = match find(&series, name) {
+            Some(_) => name,
+            None if named() < self.max_agent_labels => name,
+            None => "other",
+        };
+        let index = match find(&series, label) {
+            Some(i) => i,
+            None => {
+                series.agents.push(AgentSeries {
+                    label: LatencyAgent::new(label, depth),
+                    name: Arc::from(label),
+                    plain: Default::default(),
+                    tools: Vec::new(),
+                });
+                series.agents.len() - 1
+            }
+        };
+        AgentSlot {
+            index,
+            name: Arc::clone(&series.agents[index].name),
+            depth,
+        }
+    }
+
+    fn record(
+        &self,
+        agent: &AgentSlot,
+        segment: Segment,
+        tool: Option<&str>,
+        outcome: Outcome,
+        elapsed: Duration,
+    ) {
         let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
         let label = {
             let mut guard = self.lock();
-            let series = &mut *guard;
+            let Some(series) = guard.agents.get_mut(agent.index) else {
+                return;
+            };
             let label = tool.map(|t| {
                 let known = series.tools.iter().any(|(name, _)| **name == *t);
                 // The overflow label "other" is not counted as a tool name.
@@ -324,6 +428,8 @@ impl Recorder {
         };
         tracing::debug!(
             target: "rein::latency",
+            agent = &*agent.name,
+            depth = agent.depth,
             segment = segment.as_str(),
             tool = label,
             outcome = outcome.as_str(),
@@ -332,7 +438,11 @@ impl Recorder {
         );
         #[cfg(feature = "metrics")]
         {
-            let mut labels = vec![metrics::Label::new("outcome", outcome.as_str())];
+            let mut labels = vec![
+                metrics::Label::new("outcome", outcome.as_str()),
+                metrics::Label::new("agent", agent.name.to_string()),
+                metrics::Label::new("depth", agent.depth.to_string()),
+            ];
             if let Some(t) = label {
                 labels.push(metrics::Label::new("tool", t.to_owned()));
             }
@@ -341,42 +451,72 @@ impl Recorder {
         }
     }
 
-    fn snapshot(&self) -> LatencySnapshot {
+    /// The samples of every agent `keep` accepts, merged per (segment, tool,
+    /// outcome).
+    fn snapshot(&self, keep: impl Fn(&LatencyAgent) -> bool) -> LatencySnapshot {
         let series = self.lock();
+        let mut merged: Vec<(Segment, Option<&str>, Outcome, Histogram<u64>)> = Vec::new();
+        for agent in series.agents.iter().filter(|a| keep(&a.label)) {
+            for (segment, tool, row) in agent.rows() {
+                for outcome in OUTCOMES {
+                    let Some(h) = row[outcome as usize].as_ref() else {
+                        continue;
+                    };
+                    let same = |m: &&mut (Segment, Option<&str>, Outcome, Histogram<u64>)| {
+                        m.0 == segment && m.1 == tool && m.2 == outcome
+                    };
+                    match merged.iter_mut().find(same) {
+                        // Auto-resizing histograms take any value of another.
+                        Some(m) => {
+                            if m.3.add(h).is_err() {
+                                tracing::warn!("latency histograms could not be merged");
+                            }
+                        }
+                        None => merged.push((segment, tool, outcome, h.clone())),
+                    }
+                }
+            }
+        }
         let us = Duration::from_micros;
-        let mut rows: Vec<(Segment, Option<&str>, &Row)> = Segment::ALL
-            .iter()
-            .map(|&s| (s, None, &series.plain[s as usize]))
-            .collect();
-        rows.extend(
-            series
-                .tools
-                .iter()
-                .map(|(name, row)| (Segment::Tool, Some(&**name), row)),
-        );
-        let mut out: Vec<LatencySeries> = rows
+        let mut out: Vec<LatencySeries> = merged
             .into_iter()
-            .flat_map(|(segment, tool, row)| {
-                OUTCOMES.iter().filter_map(move |&outcome| {
-                    let h = row[outcome as usize].as_ref()?;
-                    Some(LatencySeries {
-                        segment,
-                        tool: tool.map(str::to_owned),
-                        outcome,
-                        count: h.len(),
-                        min: us(h.min()),
-                        max: us(h.max()),
-                        mean: Duration::try_from_secs_f64(h.mean() / 1e6).unwrap_or_default(),
-                        p50: us(h.value_at_quantile(0.50)),
-                        p95: us(h.value_at_quantile(0.95)),
-                        p99: us(h.value_at_quantile(0.99)),
-                    })
-                })
+            .map(|(segment, tool, outcome, h)| LatencySeries {
+                segment,
+                tool: tool.map(str::to_owned),
+                outcome,
+                count: h.len(),
+                min: us(h.min()),
+                max: us(h.max()),
+                mean: Duration::try_from_secs_f64(h.mean() / 1e6).unwrap_or_default(),
+                p50: us(h.value_at_quantile(0.50)),
+                p95: us(h.value_at_quantile(0.95)),
+                p99: us(h.value_at_quantile(0.99)),
             })
             .collect();
         // Ordered by segment, tool label (none first), outcome.
         out.sort_by(|a, b| (a.segment, &a.tool, a.outcome).cmp(&(b.segment, &b.tool, b.outcome)));
         LatencySnapshot { series: out }
+    }
+
+    /// The labels of the agents with at least one sample, ordered by depth, then name.
+    fn agents(&self) -> Vec<LatencyAgent> {
+        let series = self.lock();
+        let mut out: Vec<LatencyAgent> = series
+            .agents
+            .iter()
+            .filter(|a| a.rows().any(|(_, _, row)| row.iter().any(Option::is_some)))
+            .map(|a| a.label.clone())
+            .collect();
+        out.sort_by(|a, b| (a.depth, &a.name).cmp(&(b.depth, &b.name)));
+        out
+    }
+
+    /// Forgets every sample and tool label; agent labels (and their indexes) stay.
+    fn reset(&self) {
+        for agent in &mut self.lock().agents {
+            agent.plain = Default::default();
+            agent.tools.clear();
+        }
     }
 }
 
@@ -393,6 +533,7 @@ const OUTCOMES: [Outcome; 4] = [
 /// recorded as [`Outcome::Cancelled`].
 struct RunTimers {
     recorder: Arc<Recorder>,
+    agent: AgentSlot,
     call: Option<Instant>,
     ttft_done: bool,
     reasoning: Option<Instant>,
@@ -404,9 +545,10 @@ struct RunTimers {
 }
 
 impl RunTimers {
-    fn new(recorder: &Arc<Recorder>, now: Instant) -> Self {
+    fn new(recorder: &Arc<Recorder>, agent: AgentSlot, now: Instant) -> Self {
         Self {
             recorder: Arc::clone(recorder),
+            agent,
             call: Some(now),
             ttft_done: false,
             reasoning: None,
@@ -418,15 +560,15 @@ impl RunTimers {
 
     /// Records the call and every open segment with `outcome`; leaves nothing open.
     fn close_all(&mut self, outcome: Outcome, now: Instant) {
-        let r = &self.recorder;
+        let (r, a) = (&self.recorder, &self.agent);
         if let Some(start) = self.call.take() {
-            r.record(Segment::E2e, None, outcome, now - start);
+            r.record(a, Segment::E2e, None, outcome, now - start);
         }
         if let Some(start) = self.reasoning.take() {
-            r.record(Segment::Reasoning, None, outcome, now - start);
+            r.record(a, Segment::Reasoning, None, outcome, now - start);
         }
         if let Some(start) = self.summary.take() {
-            r.record(Segment::Summary, None, outcome, now - start);
+            r.record(a, Segment::Summary, None, outcome, now - start);
         }
         for (start, name) in self
             .tools
@@ -434,7 +576,7 @@ impl RunTimers {
             .map(|(_, start, name)| (start, name))
             .chain(self.anonymous.drain(..))
         {
-            r.record(Segment::Tool, Some(&name), outcome, now - start);
+            r.record(a, Segment::Tool, Some(&name), outcome, now - start);
         }
     }
 }
@@ -468,11 +610,28 @@ impl Drop for RunTimers {
 /// interrupted) as `error` instead of dropping it; a dropped call's future records
 /// `cancelled` when its run context is dropped.
 ///
-/// Percentiles come from HDR histograms (two significant digits); read them with
-/// [`LatencyHook::snapshot`]. With the `metrics` cargo feature every sample is also
-/// recorded as a `metrics` histogram named `{metric_prefix}.{segment}` (seconds) with
-/// labels `outcome` and, for tools, `tool`, so any exporter works. Every sample is
-/// also a `debug` event on the `rein::latency` tracing target.
+/// **Per agent.** A hook installed on an agent also runs in the subagents it
+/// delegates to (inherited hooks), and every sample is labelled with the agent that
+/// made it: its name and depth ([`LatencyAgent`]). So one user call that delegates
+/// once gives one `e2e` sample at depth 0 (the whole call, the child's time
+/// included) and one at depth 1 (the child's own call). The views:
+/// - [`snapshot`](LatencyHook::snapshot): **top-level only** (depth 0) — what the
+///   agent's callers experience; use it for user-facing latency;
+/// - [`snapshot_agent`](LatencyHook::snapshot_agent): one agent label;
+///   [`agents`](LatencyHook::agents) lists the labels;
+/// - [`snapshot_all`](LatencyHook::snapshot_all): every agent merged (counts agent
+///   calls, not user calls).
+///
+/// Percentiles come from HDR histograms (two significant digits). With the `metrics`
+/// cargo feature every sample is also recorded as a `metrics` histogram named
+/// `{metric_prefix}.{segment}` (seconds) with labels `outcome`, `agent`, `depth` and,
+/// for tools, `tool`, so any exporter works (filter on `depth="0"` for the top-level
+/// view). Every sample is also a `debug` event on the `rein::latency` tracing target,
+/// with the same fields.
+///
+/// Recording costs no allocation and no string comparison per event once a series
+/// exists: the agent's series is resolved once per call (on `PreCall`) and samples
+/// are recorded by index.
 ///
 /// Per-call state lives in the run context ([`RunContext::extensions`](crate::RunContext::extensions)),
 /// keyed by this hook instance and the agent id, and is removed on `PostCall` and
@@ -507,6 +666,7 @@ impl LatencyHook {
             recorder: Arc::new(Recorder {
                 prefix: config.metric_prefix.clone(),
                 max_tool_labels: config.max_tool_labels,
+                max_agent_labels: config.max_agent_labels,
                 series: Mutex::new(Series::default()),
             }),
             config,
@@ -518,14 +678,38 @@ impl LatencyHook {
         &self.config
     }
 
-    /// Percentiles of every series recorded so far (since the last [`reset`](Self::reset)).
+    /// The **top-level view**: percentiles of the samples of top-level agents (depth
+    /// 0) only, recorded since the last [`reset`](Self::reset). Its `e2e` series is
+    /// what callers of the agent experience, one sample per user call, however many
+    /// subagents the call delegated to (their calls are timed separately: see
+    /// [`snapshot_agent`](Self::snapshot_agent) and [`snapshot_all`](Self::snapshot_all)).
+    /// A hook installed only on subagents has an empty top-level view.
     pub fn snapshot(&self) -> LatencySnapshot {
-        self.recorder.snapshot()
+        self.recorder.snapshot(|a| a.depth == 0)
+    }
+
+    /// Percentiles of the samples of one agent label (name and depth; see
+    /// [`agents`](Self::agents)). Empty for a label with no samples.
+    pub fn snapshot_agent(&self, name: &str, depth: u32) -> LatencySnapshot {
+        self.recorder
+            .snapshot(|a| a.depth == depth && a.name == name)
+    }
+
+    /// Percentiles of every sample of every agent, merged: a delegated call counts
+    /// once for the parent and once for each subagent call it made (the `e2e` count
+    /// is then the number of agent calls, not of user calls).
+    pub fn snapshot_all(&self) -> LatencySnapshot {
+        self.recorder.snapshot(|_| true)
+    }
+
+    /// The agent labels that have samples, ordered by depth, then name.
+    pub fn agents(&self) -> Vec<LatencyAgent> {
+        self.recorder.agents()
     }
 
     /// Forgets every sample and tool label.
     pub fn reset(&self) {
-        *self.recorder.lock() = Series::default();
+        self.recorder.reset();
     }
 
     fn open(&self, ctx: &crate::RunContext, agent: &str, f: impl FnOnce(&mut RunTimers)) {
@@ -572,13 +756,17 @@ impl SyncHook for LatencyHook {
         // look at it, and none for chunks after the first token.
         let event: &HookEvent = event;
         let ctx = event.context();
-        let agent = event.agent().id.as_str();
+        let info = event.agent();
+        let agent = info.id.as_str();
         let r = &self.recorder;
         match event {
             HookEvent::PreCall(e) => {
+                // The agent's series is resolved once per call; every later sample of
+                // the call records by index.
+                let timers = RunTimers::new(r, r.slot(&info.name, info.depth), e.timestamp());
                 // A context reused for a new call: the old state (if any) is dropped
                 // outside the lock and records its open segments as cancelled.
-                let _old = RunStates::reset(ctx, self.id, agent, RunTimers::new(r, e.timestamp()));
+                let _old = RunStates::reset(ctx, self.id, agent, timers);
             }
             HookEvent::ReasoningChunk(e) => {
                 let counts = match (self.config.ttft, e.chunk()) {
@@ -596,7 +784,8 @@ impl SyncHook for LatencyHook {
                         if !t.ttft_done {
                             t.ttft_done = true;
                             if let Some(start) = t.call {
-                                r.record(Segment::Ttft, None, Outcome::Ok, e.timestamp() - start);
+                                let elapsed = e.timestamp() - start;
+                                r.record(&t.agent, Segment::Ttft, None, Outcome::Ok, elapsed);
                             }
                         }
                     });
@@ -607,13 +796,15 @@ impl SyncHook for LatencyHook {
             }
             HookEvent::PostReasoning(e) => self.open(ctx, agent, |t| {
                 if let Some(start) = t.reasoning.take() {
-                    r.record(Segment::Reasoning, None, Outcome::Ok, e.timestamp() - start);
+                    let elapsed = e.timestamp() - start;
+                    r.record(&t.agent, Segment::Reasoning, None, Outcome::Ok, elapsed);
                 }
             }),
             HookEvent::PreSummary(e) => self.open(ctx, agent, |t| t.summary = Some(e.timestamp())),
             HookEvent::PostSummary(e) => self.open(ctx, agent, |t| {
                 if let Some(start) = t.summary.take() {
-                    r.record(Segment::Summary, None, Outcome::Ok, e.timestamp() - start);
+                    let elapsed = e.timestamp() - start;
+                    r.record(&t.agent, Segment::Summary, None, Outcome::Ok, elapsed);
                 }
             }),
             HookEvent::PreActing(e) => {
@@ -647,7 +838,8 @@ impl SyncHook for LatencyHook {
                         })
                     };
                     if let Some((start, name)) = started {
-                        r.record(Segment::Tool, Some(&name), outcome, e.timestamp() - start);
+                        let elapsed = e.timestamp() - start;
+                        r.record(&t.agent, Segment::Tool, Some(&name), outcome, elapsed);
                     }
                 });
             }

@@ -23,6 +23,7 @@ mod hooks_audit_trail;
 mod hooks_config;
 mod hooks_dynamic_options;
 mod hooks_latency;
+mod hooks_latency_agents;
 mod hooks_masking;
 mod hooks_self_correction;
 mod hooks_tool_guard;
