@@ -66,9 +66,8 @@ async fn latency_samples_are_labelled_by_agent_name_and_depth() {
         hook.agents(),
         [LatencyAgent::new("boss", 0), LatencyAgent::new("helper", 1)]
     );
-    let e2e = |s: &rein::hooks::LatencySnapshot| {
-        s.get(Segment::E2e, None, Outcome::Ok).unwrap().p50
-    };
+    let e2e =
+        |s: &rein::hooks::LatencySnapshot| s.get(Segment::E2e, None, Outcome::Ok).unwrap().p50;
     let (top, child) = (hook.snapshot(), hook.snapshot_agent("boss", 0));
     assert_eq!(top, child, "the top-level view is boss's own here");
     // The parent's call includes the child's 300 ms and its own 10 ms; the child's
