@@ -134,7 +134,8 @@ mod w1 {
     }
 }
 
-/// Masking throughput on a mixed Chinese/English corpus with about 1% personal data.
+/// Masking throughput on a mixed Chinese/English corpus with about 1% personal data, and
+/// on adversarial input.
 mod masking {
     use super::*;
     use rein::hooks::SensitiveDataMasker;
@@ -143,6 +144,16 @@ mod masking {
     fn mixed_corpus(bencher: Bencher, bytes: usize) {
         let masker = SensitiveDataMasker::default();
         let corpus = masking_corpus(bytes);
+        bencher
+            .counter(divan::counter::BytesCount::new(corpus.len()))
+            .bench_local(|| black_box(masker.mask(black_box(&corpus))).len());
+    }
+
+    /// Adversarial input: `1 1 1 …` (`digits`) and `a@a@a@…` (`email`), 1 MiB.
+    #[divan::bench(args = ["digits", "email"])]
+    fn worst_case(bencher: Bencher, kind: &str) {
+        let masker = SensitiveDataMasker::default();
+        let corpus = masking_worst_case(kind, 1024 * 1024);
         bencher
             .counter(divan::counter::BytesCount::new(corpus.len()))
             .bench_local(|| black_box(masker.mask(black_box(&corpus))).len());

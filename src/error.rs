@@ -314,3 +314,15 @@ impl std::error::Error for BuildError {
             .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
+
+impl Error {
+    /// This error with its message (the `Display` output) replaced by `f(message)` when
+    /// that returns `Some`; kind, hook, event and sources are kept. Used by the masked
+    /// stream to mask personal data in an error item.
+    pub(crate) fn map_message(mut self, f: impl FnOnce(&str) -> Option<String>) -> Self {
+        if let Some(message) = f(&self.inner.message) {
+            self.inner.message = message;
+        }
+        self
+    }
+}

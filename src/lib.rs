@@ -106,9 +106,10 @@ pub use agent::{
     StoreError, StoreErrorKind, StoredSession, StreamRelease,
 };
 pub use error::{BuildError, BuildErrorKind, Error, ErrorKind, HookFailureKind};
+pub use hook::RegistrationGuard;
 pub use hook::{
     ActingChunkEvent, ErrorEvent, EventKind, FailurePolicy, Hook, HookError, HookEvent,
-    HookRegistry, Interest, IntoHook, PostActingEvent, PostCallEvent, PostReasoningEvent,
+    HookRegistry, HookSite, Interest, IntoHook, PostActingEvent, PostCallEvent, PostReasoningEvent,
     PostSummaryEvent, PreActingEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent,
     ReasoningChunkEvent, SummaryChunkEvent, SyncHook,
 };

@@ -326,3 +326,11 @@ pub fn masking_corpus(bytes: usize) -> String {
     }
     out
 }
+
+/// About `bytes` of adversarial masking input: `"1 1 1 …"` (`"digits"`: every digit
+/// starts a candidate and a possible digit group) or `"a@a@a@…"` (`"email"`: every `@`
+/// starts an e-mail candidate). No personal data; the masker's worst cases.
+pub fn masking_worst_case(kind: &str, bytes: usize) -> String {
+    let unit = if kind == "digits" { "1 " } else { "a@" };
+    unit.repeat(bytes / unit.len())
+}

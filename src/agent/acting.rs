@@ -69,6 +69,9 @@ pub(super) struct Planned {
     pub(super) denial: Option<String>,
     /// Why the runtime refused it before any hook saw it, with the status label.
     pub(super) rejection: Option<(String, &'static str)>,
+    /// Its arguments are exactly what admission validated against the tool's schema
+    /// (no hook rewrote the call): execution need not validate them again.
+    pub(super) checked: bool,
 }
 
 /// Normalises tool-call arguments in place: an object stays; a string holding a JSON
@@ -149,6 +152,7 @@ impl Call<'_> {
                     tool_use,
                     denial: None,
                     rejection: Some((reason, status)),
+                    checked: false,
                 });
                 continue;
             }
@@ -157,6 +161,7 @@ impl Call<'_> {
                     tool_use,
                     denial: None,
                     rejection: None,
+                    checked: true,
                 });
                 continue;
             }
@@ -175,6 +180,7 @@ impl Call<'_> {
                 );
             }
             planned.push(Planned {
+                checked: !e.changed,
                 tool_use: e.tool_use,
                 denial: e.denial.map(|d| d.reason),
                 rejection: None,
@@ -556,11 +562,15 @@ impl Call<'_> {
                 "unknown_tool",
             );
         };
-        let args = match entry.prepare(input) {
-            Ok(args) => args,
-            Err(msg) => {
-                let text = format!("Invalid arguments for tool `{name}`: {msg}");
-                return (ToolResult::error(id, name, text), "invalid_arguments");
+        let args = if p.checked {
+            input.clone()
+        } else {
+            match entry.prepare(input) {
+                Ok(args) => args,
+                Err(msg) => {
+                    let text = format!("Invalid arguments for tool `{name}`: {msg}");
+                    return (ToolResult::error(id, name, text), "invalid_arguments");
+                }
             }
         };
         let ctx = ToolContext {

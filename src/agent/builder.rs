@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::memory::Sessions;
 use super::{Agent, AgentInfo, AgentInner, Limits, SessionStore, StreamRelease};
 use crate::error::{BuildError, BuildErrorKind};
-use crate::hook::{HookChain, HookRegistry, IntoHook, RegisteredHook};
+use crate::hook::{HookChain, HookRegistry, HookSite, IntoHook, RegisteredHook};
 use crate::mcp::McpServerConfig;
 use crate::model::{GenerateOptions, Model};
 use crate::subagent::spec::ToolsPolicy;
@@ -679,11 +679,30 @@ impl AgentBuilder {
         };
 
         let tool_names: Arc<[String]> = toolkit.names().into();
+        let tool_schemas = toolkit.schemas();
+        if self.child.is_none() {
+            // Subagents' tools are a subset of these (the bound): checking here covers
+            // every agent of the tree.
+            let mut tools = tool_schemas.clone();
+            if let Some(d) = &delegation {
+                tools = d.schemas(&tools);
+            }
+            let site = HookSite {
+                agent: &info,
+                tools: &tools,
+            };
+            for entry in chain.entries() {
+                entry
+                    .hook()
+                    .validate_on(&site)
+                    .map_err(|e| BuildError::invalid_hook(&entry.name, e.to_string()))?;
+            }
+        }
         Ok(Agent {
             inner: Arc::new(AgentInner {
                 info,
                 model,
-                tool_schemas: toolkit.schemas(),
+                tool_schemas,
                 toolkit,
                 tool_names,
                 chain,

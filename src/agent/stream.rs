@@ -117,13 +117,18 @@ impl Stream for AgentStream {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
         let this = &mut *self;
         loop {
+            let Some(call) = this.call.as_mut() else {
+                // The call is over: every event it sent is already in the channel.
+                // `try_recv` rather than `poll_recv`, which may answer `Pending` for a
+                // non-empty channel when the task's cooperative budget is spent.
+                return Poll::Ready(match this.rx.try_recv() {
+                    Ok(event) => Some(event),
+                    Err(_) => this.last.take(),
+                });
+            };
             if let Poll::Ready(Some(event)) = this.rx.poll_recv(cx) {
                 return Poll::Ready(Some(event));
             }
-            let Some(call) = this.call.as_mut() else {
-                // The call is over and its events are drained.
-                return Poll::Ready(this.last.take());
-            };
             match call.as_mut().poll(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(result) => {

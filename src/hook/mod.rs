@@ -48,7 +48,7 @@ pub use event::{
     PostSummaryEvent, PreActingEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent,
     ReasoningChunkEvent, SummaryChunkEvent,
 };
-pub use registry::HookRegistry;
+pub use registry::{HookRegistry, RegistrationGuard};
 
 use std::fmt;
 use std::future::Future;
@@ -56,7 +56,85 @@ use std::ops::BitOr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::tool::Tool;
+use crate::agent::AgentInfo;
+use crate::tool::{Tool, ToolSchema};
+
+/// What a hook is checked against when a top-level agent is built (see
+/// [`Hook::validate_on`]): the agent and every tool it can call. A subagent's tools are
+/// a subset of its parent's (the delegation bound), so a tool name valid here is the
+/// only kind any agent of the tree can call.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct HookSite<'a> {
+    /// The agent the hook is installed on.
+    pub agent: &'a AgentInfo,
+    /// The tools the agent can call (its own, hook-contributed, MCP and the delegation
+    /// tool), with their argument schemas.
+    pub tools: &'a [ToolSchema],
+}
+
+impl HookSite<'_> {
+    /// Whether the agent has a tool with this name.
+    pub fn has_tool(&self, name: &str) -> bool {
+        self.tools.iter().any(|t| t.name == name)
+    }
+
+    /// The JSON Schema of a tool's arguments.
+    pub fn schema(&self, name: &str) -> Option<&serde_json::Value> {
+        self.tools
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| &t.parameters)
+    }
+
+    /// Checks that `name` (configured under `key`, e.g. `approval.guarded_tools[0]`)
+    /// is a tool of the agent; the error names the key and suggests the closest tool.
+    pub fn expect_tool(&self, key: &str, name: &str) -> Result<(), HookError> {
+        if self.has_tool(name) {
+            return Ok(());
+        }
+        let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
+        let hint = closest(name, &names)
+            .map(|c| format!("; did you mean `{c}`?"))
+            .unwrap_or_default();
+        Err(HookError::new(format!(
+            "{key}: no tool `{name}` on agent `{}` (its tools: [{}]){hint}",
+            self.agent.name,
+            names.join(", ")
+        )))
+    }
+}
+
+/// The candidate nearest to `name` (case-insensitive edit distance), if near enough to
+/// be a likely typo.
+fn closest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    let lower = name.to_lowercase();
+    candidates
+        .iter()
+        .map(|c| (edit_distance(&lower, &c.to_lowercase()), *c))
+        .filter(|(d, c)| *d <= (c.len().max(name.len()) / 3).max(2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                prev
+            } else {
+                1 + prev.min(row[j]).min(cur)
+            };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
 
 /// A lifecycle hook.
 ///
@@ -122,6 +200,18 @@ pub trait Hook: Send + Sync + 'static {
     /// build with [`BuildErrorKind::InvalidHook`](crate::BuildErrorKind::InvalidHook)
     /// naming the hook. Default: always valid.
     fn validate(&self) -> Result<(), HookError> {
+        Ok(())
+    }
+
+    /// Checks the hook against the top-level agent it is installed on, once the
+    /// agent's tools are known (after [`Hook::validate`]): e.g. that every tool name in
+    /// its configuration is a tool the agent can call, so a typo cannot silently
+    /// switch a guard off. An error fails the build with
+    /// [`BuildErrorKind::InvalidHook`](crate::BuildErrorKind::InvalidHook) naming the
+    /// hook. Not called for subagents: their tools are a subset of the top-level
+    /// agent's. Default: always valid.
+    fn validate_on(&self, site: &HookSite<'_>) -> Result<(), HookError> {
+        let _ = site;
         Ok(())
     }
 
@@ -212,6 +302,12 @@ pub trait SyncHook: Send + Sync + 'static {
         Ok(())
     }
 
+    /// As [`Hook::validate_on`]. Default: always valid.
+    fn validate_on(&self, site: &HookSite<'_>) -> Result<(), HookError> {
+        let _ = site;
+        Ok(())
+    }
+
     /// As [`Hook::tools`]. Default: none.
     fn tools(&self) -> Vec<Arc<dyn Tool>> {
         Vec::new()
@@ -243,6 +339,9 @@ impl<T: SyncHook> Hook for T {
     }
     fn validate(&self) -> Result<(), HookError> {
         SyncHook::validate(self)
+    }
+    fn validate_on(&self, site: &HookSite<'_>) -> Result<(), HookError> {
+        SyncHook::validate_on(self, site)
     }
     fn tools(&self) -> Vec<Arc<dyn Tool>> {
         SyncHook::tools(self)
@@ -493,6 +592,7 @@ pub(crate) trait DynHook: Send + Sync + 'static {
     fn timeout(&self) -> Option<Duration>;
     fn propagate_to_subagents(&self) -> bool;
     fn validate(&self) -> Result<(), HookError>;
+    fn validate_on(&self, site: &HookSite<'_>) -> Result<(), HookError>;
     fn tools(&self) -> Vec<Arc<dyn Tool>>;
 }
 
@@ -526,6 +626,9 @@ impl<H: Hook> DynHook for H {
     }
     fn validate(&self) -> Result<(), HookError> {
         Hook::validate(self)
+    }
+    fn validate_on(&self, site: &HookSite<'_>) -> Result<(), HookError> {
+        Hook::validate_on(self, site)
     }
     fn tools(&self) -> Vec<Arc<dyn Tool>> {
         Hook::tools(self)

@@ -1,6 +1,6 @@
 //! [`ApprovalHook`]: guarded tools wait for a decision before they run.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -12,9 +12,10 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::condition::ArgCondition;
 use crate::agent::{AgentInfo, RunContext};
 use crate::error::BuildError;
-use crate::hook::{EventKind, Hook, HookError, HookEvent, Interest};
+use crate::hook::{EventKind, Hook, HookError, HookEvent, HookSite, Interest};
 use crate::message::ToolUse;
 
 /// Metadata key on a reply stopped for a human: the ids of the guarded tool calls
@@ -68,8 +69,12 @@ pub struct ApprovalRequest {
     pub session_id: String,
     /// The user id, if the call has one.
     pub user_id: Option<String>,
-    /// The tool call, with its real (unmasked) arguments.
+    /// The tool call that would run if approved, with its real (unmasked) arguments
+    /// (after every earlier hook's rewrites, e.g. a tool guard's cap).
     pub tool_use: ToolUse,
+    /// The call as the model asked for it, before any hook rewrote it (equal to
+    /// `tool_use` when nothing changed it).
+    pub original: ToolUse,
 }
 
 /// Decides about guarded tool calls, asynchronously (a human behind a UI, a policy
@@ -245,13 +250,20 @@ pub enum ApprovalMode {
 
 /// Settings of [`ApprovalHook`] (the `approval` section of
 /// [`HooksConfig`](super::HooksConfig)). Every key is optional.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ApprovalConfig {
     /// Install the hook (default `false`).
     pub enabled: bool,
-    /// Tools that need a decision (default `submitRefund`).
+    /// Tools that need a decision (default none; an enabled hook needs at least one).
+    /// Each must be a tool of the agent it is installed on (checked at `build()`).
     pub guarded_tools: Vec<String>,
+    /// Per guarded tool, the condition under which a call needs a decision (default:
+    /// every call of a guarded tool needs one). E.g. `refund: {path: /amount, gt: 100}`:
+    /// refunds above 100 wait for a human, smaller ones run. Evaluated on the call's
+    /// final form (after caps and rewrites). The pointer must address an argument the
+    /// tool's schema declares (checked at `build()`).
+    pub when: BTreeMap<String, ArgCondition>,
     /// How long the approver may take, in milliseconds (default 60 000); no decision
     /// in time denies the call.
     pub timeout_ms: u64,
@@ -260,13 +272,30 @@ pub struct ApprovalConfig {
 }
 
 impl ApprovalConfig {
-    /// Checks what can be checked without an approver: the timeout.
+    /// Checks what can be checked without an approver or an agent: the timeout, that
+    /// an enabled hook guards something, the conditions.
     pub(crate) fn validate(&self) -> Result<(), BuildError> {
         if self.timeout_ms == 0 {
             return Err(BuildError::invalid_config(
                 "approval.timeout_ms",
                 "must be greater than 0",
             ));
+        }
+        if self.enabled && self.guarded_tools.is_empty() {
+            return Err(BuildError::invalid_config(
+                "approval.guarded_tools",
+                "an enabled approval hook needs at least one guarded tool",
+            ));
+        }
+        for (tool, condition) in &self.when {
+            let key = format!("approval.when.{tool}");
+            if !self.guarded_tools.contains(tool) {
+                return Err(BuildError::invalid_config(
+                    &key,
+                    format!("`{tool}` is not in approval.guarded_tools"),
+                ));
+            }
+            condition.validate(&key)?;
         }
         Ok(())
     }
@@ -276,7 +305,8 @@ impl Default for ApprovalConfig {
     fn default() -> Self {
         Self {
             enabled: false,
-            guarded_tools: vec!["submitRefund".to_owned()],
+            guarded_tools: Vec::new(),
+            when: BTreeMap::new(),
             timeout_ms: 60_000,
             mode: ApprovalMode::Await,
         }
@@ -343,20 +373,17 @@ impl ApprovalHook {
         })
     }
 
-    /// A hook in mode `await` with this approver and the default guarded tools and
-    /// timeout, guarding `tools` instead when non-empty.
+    /// A hook in mode `await` with this approver, guarding `tools`, with the default
+    /// timeout. (An empty list fails the agent's build: the hook would guard nothing.)
     pub fn with_approver(
         approver: impl Approver,
         tools: impl IntoIterator<Item = impl Into<String>>,
     ) -> Self {
-        let mut config = ApprovalConfig {
+        let config = ApprovalConfig {
             enabled: true,
+            guarded_tools: tools.into_iter().map(Into::into).collect(),
             ..ApprovalConfig::default()
         };
-        let tools: Vec<String> = tools.into_iter().map(Into::into).collect();
-        if !tools.is_empty() {
-            config.guarded_tools = tools;
-        }
         Self {
             config,
             approver: Some(Arc::new(approver)),
@@ -392,6 +419,17 @@ impl ApprovalHook {
         self.config.guarded_tools.iter().any(|t| t == tool)
     }
 
+    /// Whether this call needs a decision: a guarded tool whose condition (if any)
+    /// holds for the call's arguments.
+    fn needs_decision(&self, call: &ToolUse) -> bool {
+        self.guarded(&call.name)
+            && self
+                .config
+                .when
+                .get(&call.name)
+                .is_none_or(|c| c.holds(&call.input))
+    }
+
     fn wait(&self) -> Duration {
         Duration::from_millis(self.config.timeout_ms)
     }
@@ -401,6 +439,7 @@ impl ApprovalHook {
         ctx: &RunContext,
         agent: &AgentInfo,
         call: &ToolUse,
+        original: &ToolUse,
     ) -> ApprovalDecision {
         if let Some(d) = ctx
             .extensions()
@@ -426,6 +465,7 @@ impl ApprovalHook {
             session_id: ctx.session_id().to_owned(),
             user_id: ctx.user_id().map(str::to_owned),
             tool_use: call.clone(),
+            original: original.clone(),
         };
         // Created inside the guard: an approver that panics before returning its
         // future is caught too.
@@ -455,6 +495,27 @@ impl Hook for ApprovalHook {
         100
     }
 
+    fn validate(&self) -> Result<(), HookError> {
+        self.config
+            .validate()
+            .map_err(|e| HookError::new(e.to_string()))
+    }
+
+    /// Every guarded tool (and every tool a condition names) must be a tool of the
+    /// agent, and every condition must read an argument the tool declares.
+    fn validate_on(&self, site: &HookSite<'_>) -> Result<(), HookError> {
+        if !self.config.enabled {
+            return Ok(());
+        }
+        for (i, tool) in self.config.guarded_tools.iter().enumerate() {
+            site.expect_tool(&format!("approval.guarded_tools[{i}]"), tool)?;
+        }
+        for (tool, condition) in &self.config.when {
+            condition.check_schema(&format!("approval.when.{tool}"), tool, site)?;
+        }
+        Ok(())
+    }
+
     fn interest(&self) -> Interest {
         if !self.config.enabled || self.config.guarded_tools.is_empty() {
             return Interest::NONE;
@@ -479,11 +540,14 @@ impl Hook for ApprovalHook {
                 // An edit this hook made is approved when it comes back unchanged
                 // (the hooks re-check an edited call); taken out either way.
                 let own_edit = self.take_edit(e.tool_use());
-                if e.is_denied() || !self.guarded(&e.tool_use().name) || own_edit {
+                if e.is_denied() || !self.needs_decision(e.tool_use()) || own_edit {
                     return Ok(());
                 }
                 let call = e.tool_use().clone();
-                let decision = self.decision(e.context(), e.agent(), &call).await;
+                let original = e.original_tool_use().clone();
+                let decision = self
+                    .decision(e.context(), e.agent(), &call, &original)
+                    .await;
                 match decision {
                     ApprovalDecision::Approve => {
                         tracing::info!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, "approved");
@@ -508,7 +572,7 @@ impl Hook for ApprovalHook {
                     .message()
                     .tool_uses()
                     .into_iter()
-                    .filter(|u| self.guarded(&u.name))
+                    .filter(|u| self.needs_decision(u))
                     .filter(|u| decided.as_ref().is_none_or(|d| !d.has(&u.id)))
                     .cloned()
                     .collect();

@@ -1,6 +1,7 @@
 //! [`HooksConfig`]: one serde tree for every built-in hook, and [`Hooks`], the set it
 //! builds and installs.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -276,13 +277,35 @@ impl HooksConfig {
         })
     }
 
-    /// Builds the enabled hooks and adds them to `builder` (no approver, configured
-    /// audit sink). Use [`HooksConfig::build_with`] and [`Hooks::install`] to keep
-    /// handles on the hooks (latency snapshots, audit flush) or to pass services.
+    /// Reads a configuration file, the format chosen by its extension: `.json`,
+    /// `.yaml` / `.yml`, or `.toml`. Build it with [`HooksConfig::build`] and add the
+    /// hooks to an agent with [`Hooks::install`].
     ///
     /// # Errors
-    /// See [`HooksConfig::build_with`].
-    pub fn install(&self, builder: AgentBuilder) -> Result<AgentBuilder, BuildError> {
-        Ok(self.build()?.install(builder))
+    /// [`BuildErrorKind::InvalidConfig`](crate::BuildErrorKind::InvalidConfig) naming
+    /// the file: it cannot be read, its extension is none of the above, or it does not
+    /// parse (the message carries the parser's line and column, and the unknown or
+    /// mistyped key).
+    pub fn from_path(path: impl AsRef<Path>) -> Result<Self, BuildError> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| BuildError::invalid_config(&shown, format!("cannot read: {e}")))?;
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        let parsed = match ext.as_deref() {
+            Some("json") => serde_json::from_str(&text).map_err(|e| e.to_string()),
+            Some("yaml" | "yml") => serde_yaml_ng::from_str(&text).map_err(|e| e.to_string()),
+            Some("toml") => toml::from_str(&text).map_err(|e| e.to_string()),
+            _ => {
+                return Err(BuildError::invalid_config(
+                    &shown,
+                    "unknown configuration format: use a .json, .yaml, .yml or .toml file",
+                ));
+            }
+        };
+        parsed.map_err(|e| BuildError::invalid_config(&shown, e))
     }
 }

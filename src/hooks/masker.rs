@@ -386,15 +386,17 @@ impl SensitiveDataMasker {
     #[must_use]
     pub fn stable_prefix_len(&self, text: &str) -> usize {
         for (i, c) in text.char_indices().rev() {
-            let soft = c.is_ascii_alphanumeric()
-                || matches!(c, '.' | '_' | '%' | '+' | '-' | '@')
-                || matches!(c, '０'..='９' | 'Ａ'..='Ｚ' | 'ａ'..='ｚ')
-                || (c == ' ' && char_before(text, i).is_some_and(|p| p.is_ascii_digit()));
-            if !soft {
+            if !is_soft(c, || char_before(text, i)) {
                 return i + c.len_utf8();
             }
         }
         0
+    }
+
+    /// The literal replacement string (default `***`); a streaming masker writes it for a
+    /// token it has to mask whole.
+    pub(crate) fn replacement(&self) -> &str {
+        &self.inner.replacement
     }
 
     fn collect(&self, text: &str, out: &mut Vec<Candidate>) {
@@ -491,11 +493,9 @@ impl Inner {
         let b = text.as_bytes();
         let mut i = 0;
         let mut email_floor = 0;
-        while let Some(off) = b[i..]
-            .iter()
-            .position(|&c| (digits_on && c.is_ascii_digit()) || (email_on && c == b'@'))
-        {
-            i += off;
+        let mut triggers = Triggers::new(b, digits_on, email_on);
+        while let Some(next) = triggers.next(i) {
+            i = next;
             if b[i] == b'@' {
                 match email_at(b, i, email_floor) {
                     Some(r) => {
@@ -520,10 +520,22 @@ impl Inner {
     fn scan_digits(&self, text: &str, s: usize, out: &mut Vec<Candidate>) -> usize {
         let b = text.as_bytes();
         let e = digit_run_end(b, s);
+        // Only a run of 2–4 digits followed by a separator can open a group sequence
+        // (`86`, `0086`, `138`, `4111`), and only a run of 11–19 digits can match alone
+        // (17 + `X` included). Anything else is rejected before the neighbour checks:
+        // this keeps adversarial input such as `1 1 1 …` cheap.
+        let len = e - s;
+        let may_group = self.checks.grouped_numbers
+            && (2..=4).contains(&len)
+            && matches!(b.get(e), Some(&sep) if sep == b' ' || sep == b'-')
+            // Not a later group of its sequence (`12 12 12 …`): that was judged with
+            // the sequence's first group.
+            && !(s >= 2 && b.get(e) == Some(&b[s - 1]) && b[s - 2].is_ascii_digit());
+        if !may_group && !(11..=19).contains(&len) {
+            return e;
+        }
         let prev = char_before(text, s);
-        if self.checks.grouped_numbers
-            && let Some(c) = self.grouped_at(text, s, e, prev)
-        {
+        if may_group && let Some(c) = self.grouped_at(text, s, e, prev) {
             out.push(c);
             return c.end;
         }
@@ -700,6 +712,95 @@ impl Inner {
     }
 }
 
+/// Whether `c` can be part of, or change the judgement of, a built-in match (see
+/// [`SensitiveDataMasker::stable_prefix_len`]); `prev` yields the character before it
+/// (only asked for a space, which is soft after an ASCII digit).
+pub(crate) fn is_soft(c: char, prev: impl FnOnce() -> Option<char>) -> bool {
+    c.is_ascii_alphanumeric()
+        || matches!(c, '.' | '_' | '%' | '+' | '-' | '@')
+        || matches!(c, '０'..='９' | 'Ａ'..='Ｚ' | 'ａ'..='ｚ')
+        || (c == ' ' && prev().is_some_and(|p| p.is_ascii_digit()))
+}
+
+/// Maximum number of groups in a separated number, for the streaming masker.
+pub(crate) const MAX_NUMBER_GROUPS: usize = MAX_GROUPS;
+
+/// Flags (`0x80` in the byte's lane) of the bytes of `x` that are ASCII digits (when
+/// `digits`) or `@` (when `at`). Exact per byte: no sum carries into the next byte.
+fn trigger_flags(x: u64, digits: bool, at: bool) -> u64 {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    const LOW7: u64 = LO * 0x7F;
+    let mut hits = 0;
+    if digits {
+        // Bytes strictly between 0x2F and 0x3A; `!x` drops bytes >= 0x80.
+        let low = x & LOW7;
+        hits |= (LO * (0x7F + 0x3A)).wrapping_sub(low) & !x & (low + LO * (0x7F - 0x2F)) & HI;
+    }
+    if at {
+        // Zero bytes of `x ^ "@@@@@@@@"`.
+        let y = x ^ (LO * u64::from(b'@'));
+        hits |= !(((y & LOW7) + LOW7) | y) & HI;
+    }
+    hits
+}
+
+/// The trigger bytes of the built-in scan (ASCII digits and `@`), found eight bytes at a
+/// time (SWAR). The flags of the last word read are kept, so input where every other
+/// byte is a trigger (`1 1 1 …`, `a@a@…`) does not re-read a word per trigger.
+pub(crate) struct Triggers<'a> {
+    b: &'a [u8],
+    digits: bool,
+    at: bool,
+    /// `flags` covers the bytes `base..end` (`end - base` is 8 or 0).
+    base: usize,
+    end: usize,
+    flags: u64,
+}
+
+impl<'a> Triggers<'a> {
+    pub(crate) fn new(b: &'a [u8], digits: bool, at: bool) -> Self {
+        Self {
+            b,
+            digits,
+            at,
+            base: 0,
+            end: 0,
+            flags: 0,
+        }
+    }
+
+    /// The first trigger at or after `from`. `from` never decreases between calls.
+    pub(crate) fn next(&mut self, from: usize) -> Option<usize> {
+        // Bytes before `base` were scanned by an earlier call and hold no trigger.
+        let from = from.max(self.base);
+        if from < self.end {
+            self.flags &= u64::MAX << ((from - self.base) * 8);
+            if self.flags != 0 {
+                return Some(self.base + (self.flags.trailing_zeros() / 8) as usize);
+            }
+        }
+        let mut i = from.max(self.end);
+        while let Some(chunk) = self.b.get(i..i + 8) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            let flags = trigger_flags(u64::from_le_bytes(word), self.digits, self.at);
+            if flags != 0 {
+                (self.base, self.end, self.flags) = (i, i + 8, flags);
+                return Some(i + (flags.trailing_zeros() / 8) as usize);
+            }
+            i += 8;
+        }
+        (self.base, self.end, self.flags) = (i, i, 0);
+        let (digits, at) = (self.digits, self.at);
+        self.b
+            .get(i..)?
+            .iter()
+            .position(|&c| (digits && c.is_ascii_digit()) || (at && c == b'@'))
+            .map(|off| i + off)
+    }
+}
+
 fn digit_run_end(b: &[u8], mut i: usize) -> usize {
     while i < b.len() && b[i].is_ascii_digit() {
         i += 1;
@@ -806,25 +907,53 @@ fn luhn_ok(d: &[u8]) -> bool {
     sum.is_multiple_of(10)
 }
 
+const LOCAL: u8 = 1;
+const DOMAIN: u8 = 2;
+
+/// E-mail byte classes, one table load instead of a chain of comparisons per byte.
+static EMAIL_CLASS: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let c = i as u8;
+        let alnum = c.is_ascii_alphanumeric();
+        if alnum || matches!(c, b'.' | b'_' | b'%' | b'+' | b'-') {
+            table[i] |= LOCAL;
+        }
+        if alnum || matches!(c, b'.' | b'-') {
+            table[i] |= DOMAIN;
+        }
+        i += 1;
+    }
+    table
+};
+
 fn is_local_byte(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'%' | b'+' | b'-')
+    EMAIL_CLASS[c as usize] & LOCAL != 0
 }
 
 fn is_domain_byte(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-')
+    EMAIL_CLASS[c as usize] & DOMAIN != 0
 }
 
 /// The e-mail address around the `@` at `at`, with the same result as the leftmost-first regex
 /// `[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}` searched from `floor`.
 fn email_at(b: &[u8], at: usize, floor: usize) -> Option<Range<usize>> {
-    let mut s = at;
+    if at == floor || !is_local_byte(b[at - 1]) {
+        return None;
+    }
+    // The domain first: it does not depend on the local part, and most `@` without an
+    // address (`a@a@a@…`) fail here, before the backward scan.
+    let end = domain_end(b, at + 1)?;
+    let mut s = at - 1;
     while s > floor && is_local_byte(b[s - 1]) {
         s -= 1;
     }
-    if s == at {
-        return None;
-    }
-    let ds = at + 1;
+    Some(s..end)
+}
+
+/// The end of the greedy e-mail domain starting at `ds`, if there is one.
+fn domain_end(b: &[u8], ds: usize) -> Option<usize> {
     let mut de = ds;
     while de < b.len() && is_domain_byte(b[de]) {
         de += 1;
@@ -847,7 +976,7 @@ fn email_at(b: &[u8], at: usize, floor: usize) -> Option<Range<usize>> {
             q += 1;
         }
     }
-    end.map(|e| s..e)
+    end
 }
 
 /// Keeps the first 3 and last 4 ASCII alphanumerics of the last `tail` (or all) of them and

@@ -772,6 +772,16 @@ fn masking_random_mixed_text_never_panics_and_keeps_char_boundaries() {
 
 // ---------- streaming support ----------
 
+/// A deterministic generator: `next(n)` is in `0..n`.
+fn xorshift(mut state: u64) -> impl FnMut(usize) -> usize {
+    move |n| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    }
+}
+
 #[test]
 fn stable_prefix_len_stops_before_an_unfinished_number_or_address() {
     let m = SensitiveDataMasker::default();
@@ -809,13 +819,7 @@ fn masking_the_stable_prefix_then_the_rest_equals_masking_the_whole_text() {
         ".",
         "\n",
     ];
-    let mut state: u64 = 0x1234_5678_9ABC_DEF1;
-    let mut next = |n: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % n as u64) as usize
-    };
+    let mut next = xorshift(0x1234_5678_9ABC_DEF1);
     let mut checked_masked = 0;
     for _ in 0..30_000 {
         let mut head = String::new();
@@ -838,4 +842,38 @@ fn masking_the_stable_prefix_then_the_rest_equals_masking_the_whole_text() {
         checked_masked > 100,
         "only {checked_masked} prefixes contained a match"
     );
+}
+
+#[test]
+fn the_word_at_a_time_trigger_search_agrees_with_a_byte_at_a_time_search() {
+    use super::masker::Triggers;
+    let alphabet: Vec<u8> = [
+        b'0', b'9', b'/', b':', b'@', b'?', b'A', b' ', 0x00, 0x7F, 0x80,
+    ]
+    .into_iter()
+    .chain("电１".bytes())
+    .collect();
+    let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
+    for _ in 0..20_000 {
+        let bytes: Vec<u8> = (0..next(40))
+            .map(|_| alphabet[next(alphabet.len())])
+            .collect();
+        for (digits, at) in [(true, true), (true, false), (false, true)] {
+            let mut triggers = Triggers::new(&bytes, digits, at);
+            // Walk forward by random steps, as the scanner does.
+            let mut from = 0;
+            while from <= bytes.len() {
+                let expected = bytes[from..]
+                    .iter()
+                    .position(|&c| (digits && c.is_ascii_digit()) || (at && c == b'@'))
+                    .map(|p| from + p);
+                assert_eq!(
+                    triggers.next(from),
+                    expected,
+                    "{bytes:?} from {from} digits {digits} at {at}"
+                );
+                from += 1 + next(3);
+            }
+        }
+    }
 }

@@ -2,10 +2,7 @@
 //! and (through [`MaskedStream`]) in streamed text.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
 use std::fmt;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use futures::Stream;
 use serde::{Deserialize, Serialize};
@@ -14,6 +11,9 @@ use super::masker::SensitiveDataMasker;
 use crate::agent::AgentEvent;
 use crate::hook::{EventKind, FailurePolicy, HookError, HookEvent, Interest, SyncHook};
 use crate::message::{ContentBlock, Msg, Thinking, ToolResult};
+
+mod stream;
+pub use stream::MaskedStream;
 
 /// What a mutating guard hook's failure (an error or a panic inside it) means.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,8 +52,10 @@ pub struct MaskingConfig {
     /// Failure policy (default `fail_closed`: a masking failure fails the call, the
     /// unmasked text is withheld).
     pub on_error: OnError,
-    /// Largest carry-over (bytes) [`MaskedStream`] holds back while waiting for the end
-    /// of a token; beyond it the buffer is masked and emitted as is (default 256).
+    /// Largest carry-over (bytes) [`MaskedStream`] holds back per agent while waiting
+    /// for a hard boundary (default 256). Beyond it the text before the trailing
+    /// unfinished token is emitted; the token itself is held up to `max(limit, 64)`
+    /// bytes and masked whole beyond that, never split.
     pub stream_carry_limit: usize,
 }
 
@@ -84,8 +86,8 @@ impl Default for MaskingConfig {
 /// - Streamed deltas: wrap the call's [`AgentStream`](crate::AgentStream) with
 ///   [`MaskingHook::mask_stream`].
 ///
-/// Tool arguments are never masked: the tools need the real order numbers and phone
-/// numbers. With the default `on_error = fail_closed`, a failure inside the hook fails
+/// Tool arguments are never masked on their way to the tool: the tools need the real
+/// order numbers and phone numbers (a masked stream masks only the copy it shows). With the default `on_error = fail_closed`, a failure inside the hook fails
 /// the call (the caller gets an [`Error`](crate::Error) naming the hook and never the
 /// unmasked text).
 #[derive(Clone)]
@@ -119,8 +121,8 @@ impl MaskingHook {
     }
 
     /// Wraps a stream of a call (normally [`Agent::stream`](crate::Agent::stream)) so
-    /// text and thinking deltas are masked before they are yielded; see
-    /// [`MaskedStream`].
+    /// every item is masked before it is yielded (deltas, tool calls, progress, results,
+    /// the final reply, errors, and subagents' events); see [`MaskedStream`].
     pub fn mask_stream<S>(&self, stream: S) -> MaskedStream<S>
     where
         S: Stream<Item = AgentEvent> + Unpin,
@@ -228,126 +230,5 @@ impl SyncHook for MaskingHook {
             _ => {}
         }
         Ok(())
-    }
-}
-
-/// A call's event stream with text and thinking deltas masked.
-///
-/// Deltas are buffered until a hard boundary (see
-/// [`SensitiveDataMasker::stable_prefix_len`]), so a phone number split across chunks
-/// (`"1380013"` + `"8000"`) is still masked; the buffer is flushed, masked, before any
-/// other event (a tool call, a redo, the final reply) and at the end of the stream, and
-/// whenever it exceeds the carry limit. Other events pass through unchanged: the
-/// [`AgentEvent::Final`] reply is masked by the [`MaskingHook`] itself, and tool
-/// results are masked when the hook masks them.
-pub struct MaskedStream<S> {
-    inner: S,
-    masker: SensitiveDataMasker,
-    limit: usize,
-    text: String,
-    thinking: String,
-    ready: VecDeque<AgentEvent>,
-    done: bool,
-}
-
-impl<S> fmt::Debug for MaskedStream<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MaskedStream")
-            .field("carried_text", &self.text.len())
-            .field("carried_thinking", &self.thinking.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S> MaskedStream<S> {
-    /// Wraps `inner`, masking with `masker` and holding back at most `carry_limit`
-    /// bytes per delta kind.
-    pub fn new(inner: S, masker: SensitiveDataMasker, carry_limit: usize) -> Self {
-        Self {
-            inner,
-            masker,
-            limit: carry_limit,
-            text: String::new(),
-            thinking: String::new(),
-            ready: VecDeque::new(),
-            done: false,
-        }
-    }
-
-    /// Appends `delta` to `buf` and returns the masked part that can be emitted now.
-    fn feed(masker: &SensitiveDataMasker, limit: usize, buf: &mut String, delta: &str) -> String {
-        buf.push_str(delta);
-        let n = if buf.len() > limit {
-            buf.len()
-        } else {
-            masker.stable_prefix_len(buf)
-        };
-        let out = masker.mask(&buf[..n]).into_owned();
-        buf.drain(..n);
-        out
-    }
-
-    /// Queues the masked remainder of the thinking buffer.
-    fn flush_thinking(&mut self) {
-        if !self.thinking.is_empty() {
-            let t = self.masker.mask(&self.thinking).into_owned();
-            self.thinking.clear();
-            self.ready.push_back(AgentEvent::ThinkingDelta(t));
-        }
-    }
-
-    /// Queues the masked remainder of the text buffer.
-    fn flush_text(&mut self) {
-        if !self.text.is_empty() {
-            let t = self.masker.mask(&self.text).into_owned();
-            self.text.clear();
-            self.ready.push_back(AgentEvent::TextDelta(t));
-        }
-    }
-}
-
-impl<S> Stream for MaskedStream<S>
-where
-    S: Stream<Item = AgentEvent> + Unpin,
-{
-    type Item = AgentEvent;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
-        let this = &mut *self;
-        loop {
-            if let Some(event) = this.ready.pop_front() {
-                return Poll::Ready(Some(event));
-            }
-            if this.done {
-                return Poll::Ready(None);
-            }
-            match Pin::new(&mut this.inner).poll_next(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => {
-                    this.done = true;
-                    this.flush_thinking();
-                    this.flush_text();
-                }
-                Poll::Ready(Some(AgentEvent::TextDelta(d))) => {
-                    this.flush_thinking();
-                    let out = Self::feed(&this.masker, this.limit, &mut this.text, &d);
-                    if !out.is_empty() {
-                        this.ready.push_back(AgentEvent::TextDelta(out));
-                    }
-                }
-                Poll::Ready(Some(AgentEvent::ThinkingDelta(d))) => {
-                    this.flush_text();
-                    let out = Self::feed(&this.masker, this.limit, &mut this.thinking, &d);
-                    if !out.is_empty() {
-                        this.ready.push_back(AgentEvent::ThinkingDelta(out));
-                    }
-                }
-                Poll::Ready(Some(other)) => {
-                    this.flush_thinking();
-                    this.flush_text();
-                    this.ready.push_back(other);
-                }
-            }
-        }
     }
 }

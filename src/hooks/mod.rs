@@ -55,6 +55,7 @@
 
 mod approval;
 mod audit;
+mod condition;
 mod config;
 mod dynamic_options;
 mod latency;
@@ -76,6 +77,7 @@ pub use audit::{
     AuditStats, AuditStatus, Durability, JsonlAuditSink, MemoryAuditSink, QueueFull,
     TracingAuditSink,
 };
+pub use condition::ArgCondition;
 pub use config::{HookServices, Hooks, HooksConfig};
 pub use dynamic_options::{DynamicOptionsConfig, DynamicOptionsHook};
 pub use latency::{

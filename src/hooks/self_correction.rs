@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::phrases::PhraseMatcher;
 use super::state::{RunStates, next_instance_id};
 use super::{HOOK_KEY, add_flag};
-use crate::hook::{EventKind, HookError, HookEvent, Interest, SyncHook};
+use crate::hook::{EventKind, HookError, HookEvent, HookSite, Interest, SyncHook};
 use crate::message::Msg;
 
 /// Flag set on a reply that still contains a payment promise after the correction
@@ -77,7 +77,8 @@ pub struct SelfCorrectionConfig {
     /// "not executed" results.
     pub correct_with_tool_calls: bool,
     /// Tools whose call makes a promise in the same turn legitimate, for
-    /// `correct_with_tool_calls` (default `submitRefund`).
+    /// `correct_with_tool_calls` (default none; each must be a tool of the agent,
+    /// checked at `build()`).
     pub refund_tools: Vec<String>,
 }
 
@@ -107,7 +108,7 @@ impl Default for SelfCorrectionConfig {
                 .to_owned(),
             correction_role: CorrectionRole::System,
             correct_with_tool_calls: false,
-            refund_tools: strings(&["submitRefund"]),
+            refund_tools: Vec::new(),
         }
     }
 }
@@ -291,6 +292,18 @@ impl SyncHook for SelfCorrectionHook {
 
     fn priority(&self) -> i32 {
         200
+    }
+
+    /// Every `refund_tools` entry must be a tool of the agent: a misspelt refund tool
+    /// would make every legitimate refund look like a promise without one.
+    fn validate_on(&self, site: &HookSite<'_>) -> Result<(), HookError> {
+        if !self.config.enabled {
+            return Ok(());
+        }
+        for (i, tool) in self.config.refund_tools.iter().enumerate() {
+            site.expect_tool(&format!("self_correction.refund_tools[{i}]"), tool)?;
+        }
+        Ok(())
     }
 
     fn interest(&self) -> Interest {

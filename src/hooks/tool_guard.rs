@@ -6,9 +6,10 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
+use super::condition::ArgCondition;
 use super::masking::OnError;
 use crate::error::BuildError;
-use crate::hook::{EventKind, FailurePolicy, HookError, HookEvent, Interest, SyncHook};
+use crate::hook::{EventKind, FailurePolicy, HookError, HookEvent, HookSite, Interest, SyncHook};
 use crate::message::ToolUse;
 
 /// Bounds of a numeric cap. At least one is required; `max` must not be negative
@@ -97,6 +98,11 @@ pub struct ToolGuardConfig {
     pub numeric_caps: BTreeMap<String, CapSpec>,
     /// Rules for one tool each, applied after the top-level ones (default none).
     pub per_tool: BTreeMap<String, ToolRules>,
+    /// Per tool, a condition under which its calls are denied, evaluated on the
+    /// guarded arguments (after injections and caps), e.g.
+    /// `transfer: {path: /currency, ne: EUR}`. Default none. The pointer must address
+    /// an argument the tool's schema declares (checked at `build()`).
+    pub deny_when: BTreeMap<String, ArgCondition>,
     /// How capped values written as strings are rewritten (default `keep`).
     pub string_numbers: StringNumbers,
     /// Failure policy (default `fail_closed`: a failure inside the hook fails the
@@ -112,6 +118,7 @@ impl Default for ToolGuardConfig {
             inject_params: BTreeMap::new(),
             numeric_caps: BTreeMap::new(),
             per_tool: BTreeMap::new(),
+            deny_when: BTreeMap::new(),
             string_numbers: StringNumbers::Keep,
             on_error: OnError::FailClosed,
         }
@@ -279,6 +286,9 @@ impl ToolGuardHook {
             )?);
         }
         rules.retain(|r| !r.injects.is_empty() || !r.caps.is_empty());
+        for (tool, condition) in &config.deny_when {
+            condition.validate(&format!("tool_guard.deny_when.{tool}"))?;
+        }
         Ok(Self { config, rules })
     }
 
@@ -304,6 +314,16 @@ impl ToolGuardHook {
                 let mut visit = |v: &mut Value| self.clamp(call, cap, v);
                 changed |= visit_mut(&mut input, &cap.at.tokens, &mut visit).map_err(|r| r.0)?;
             }
+        }
+        if let Some(condition) = self.config.deny_when.get(&call.name)
+            && condition.holds(&input)
+        {
+            return Err(format!(
+                "tool `{}` is not allowed when `{}` is {} (tool_guard.deny_when)",
+                call.name,
+                condition.path,
+                describe_condition(condition)
+            ));
         }
         Ok(changed.then(|| ToolUse {
             input,
@@ -356,6 +376,25 @@ impl ToolGuardHook {
         *v = new;
         Ok(true)
     }
+}
+
+fn describe_condition(c: &ArgCondition) -> String {
+    let mut parts = Vec::new();
+    for (op, v) in [(">", c.gt), (">=", c.gte), ("<", c.lt), ("<=", c.lte)] {
+        if let Some(v) = v {
+            parts.push(format!("{op} {v}"));
+        }
+    }
+    if let Some(v) = &c.eq {
+        parts.push(format!("= {v}"));
+    }
+    if let Some(v) = &c.ne {
+        parts.push(format!("not {v}"));
+    }
+    if let Some(e) = c.exists {
+        parts.push(if e { "present" } else { "absent" }.to_owned());
+    }
+    parts.join(" and ")
 }
 
 fn describe_range(cap: &Cap) -> String {
@@ -491,10 +530,30 @@ impl SyncHook for ToolGuardHook {
     }
 
     fn interest(&self) -> Interest {
-        if !self.config.enabled || self.rules.is_empty() {
+        if !self.config.enabled || (self.rules.is_empty() && self.config.deny_when.is_empty()) {
             return Interest::NONE;
         }
         Interest::only(EventKind::PreActing)
+    }
+
+    /// Every tool the configuration names (`tools`, `per_tool`, `deny_when`) must be a
+    /// tool of the agent; `deny_when` conditions must read declared arguments.
+    fn validate_on(&self, site: &HookSite<'_>) -> Result<(), HookError> {
+        if !self.config.enabled {
+            return Ok(());
+        }
+        for (i, tool) in self.config.tools.iter().enumerate() {
+            site.expect_tool(&format!("tool_guard.tools[{i}]"), tool)?;
+        }
+        for tool in self.config.per_tool.keys() {
+            site.expect_tool(&format!("tool_guard.per_tool.{tool}"), tool)?;
+        }
+        for (tool, condition) in &self.config.deny_when {
+            let key = format!("tool_guard.deny_when.{tool}");
+            site.expect_tool(&key, tool)?;
+            condition.check_schema(&key, tool, site)?;
+        }
+        Ok(())
     }
 
     fn failure_policy(&self) -> FailurePolicy {

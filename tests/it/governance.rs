@@ -15,16 +15,18 @@ use crate::support::*;
 
 /// A model that plays turns and numbers every tool call `call_0`, in every response
 /// (as several OpenAI-compatible servers do).
+type Script = Vec<Vec<(String, String)>>;
+
 #[derive(Clone)]
 struct ReusedIds {
-    turns: Arc<Mutex<Vec<Vec<(String, String)>>>>,
+    turns: Arc<Mutex<Script>>,
     final_text: String,
 }
 
 impl ReusedIds {
     /// Each turn is a list of `(tool, raw arguments)`; after the turns, `final_text`.
     fn new(turns: Vec<Vec<(&str, &str)>>, final_text: &str) -> Self {
-        let mut turns: Vec<Vec<(String, String)>> = turns
+        let mut turns: Script = turns
             .into_iter()
             .map(|t| {
                 t.into_iter()
@@ -438,7 +440,10 @@ async fn a_complete_tool_exchange_in_call_input_is_accepted_and_reloads() {
 
 /// Keeps a per-run list in the context's extensions and records, at `PostCall`, what
 /// it held and the run id.
-fn run_probe(out: &Arc<Mutex<Vec<(String, String, Vec<String>)>>>) -> FnHook {
+/// `(session, run id, what the run's list held)` per finished call.
+type Probed = Arc<Mutex<Vec<(String, String, Vec<String>)>>>;
+
+fn run_probe(out: &Probed) -> FnHook {
     let out = Arc::clone(out);
     FnHook::new("run-probe", move |event| {
         let (ctx, session) = match event {
@@ -483,7 +488,7 @@ async fn concurrent_calls_with_clones_of_one_context_never_share_run_state() {
     for (session, _, held) in &out {
         assert_eq!(
             held,
-            &[session.clone()],
+            std::slice::from_ref(session),
             "each call saw only its own run state"
         );
     }

@@ -151,7 +151,7 @@ async fn global_registry_hooks_apply_unless_opted_out() {
         .on(EventKind::PreCall)
         .policy(FailurePolicy::Ignore),
     );
-    HookRegistry::global().register(Arc::clone(&hook));
+    let guard = HookRegistry::global().register_scoped(Arc::clone(&hook));
     let model = ScriptedModel::new([ScriptedTurn::text("a"), ScriptedTurn::text("b")]);
     let with = Agent::builder()
         .id("global-probe-agent")
@@ -166,7 +166,7 @@ async fn global_registry_hooks_apply_unless_opted_out() {
         .unwrap();
     with.call(Msg::user("hi")).await.unwrap();
     without.call(Msg::user("hi")).await.unwrap();
-    assert!(HookRegistry::global().unregister(&hook));
+    drop(guard);
     assert_eq!(log.entries(), ["global:PreCall"]);
 }
 

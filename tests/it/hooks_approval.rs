@@ -101,6 +101,7 @@ async fn no_decision_within_the_timeout_denies_the_call() {
     let hook = ApprovalHook::new(
         ApprovalConfig {
             enabled: true,
+            guarded_tools: vec!["submitRefund".into()],
             timeout_ms: 1_000,
             ..ApprovalConfig::default()
         },
@@ -165,6 +166,7 @@ fn stop_for_human() -> ApprovalHook {
     ApprovalHook::new(
         ApprovalConfig {
             enabled: true,
+            guarded_tools: vec!["submitRefund".into()],
             mode: ApprovalMode::StopForHuman,
             ..ApprovalConfig::default()
         },
@@ -229,6 +231,7 @@ fn await_mode_needs_an_approver_and_a_positive_timeout() {
     let err = ApprovalHook::new(
         ApprovalConfig {
             enabled: true,
+            guarded_tools: vec!["submitRefund".into()],
             ..ApprovalConfig::default()
         },
         None,

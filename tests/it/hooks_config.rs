@@ -22,7 +22,7 @@ fn everything_on() -> HooksConfig {
         "self_correction": {"enabled": true},
         "tool_guard": {"enabled": true, "numeric_caps": {"amount": 1000}},
         "dynamic_options": {"enabled": true},
-        "approval": {"enabled": true, "mode": "stop_for_human"}
+        "approval": {"enabled": true, "mode": "stop_for_human", "guarded_tools": ["submitRefund"]}
     }))
 }
 
@@ -52,7 +52,10 @@ fn an_empty_config_has_the_reference_defaults() {
         c.dynamic_options.precise_reasoning_effort.as_deref(),
         Some("high")
     );
-    assert_eq!(c.approval.guarded_tools, ["submitRefund"]);
+    assert!(
+        c.approval.guarded_tools.is_empty(),
+        "no reference-app default: an enabled hook must name its tools"
+    );
     assert_eq!(c.approval.timeout_ms, 60_000);
     assert_eq!(c.approval.mode, ApprovalMode::Await);
     assert_eq!(c.latency.ttft, TtftMode::FirstChunk);
@@ -64,8 +67,9 @@ fn the_default_config_installs_only_the_latency_hook() {
     assert_eq!(hooks.names(), ["LatencyHook"]);
     let model = ScriptedModel::new([]);
     let agent = HooksConfig::default()
-        .install(builder(&model))
+        .build()
         .unwrap()
+        .install(builder(&model))
         .build()
         .unwrap();
     assert_eq!(agent.hook_names(), ["LatencyHook"]);
@@ -78,7 +82,10 @@ fn an_enabled_config_installs_every_hook_in_priority_order() {
     // Installed onto a builder that already has a hook, in reverse: the chain orders
     // by priority, not registration.
     let agent = hooks
-        .install(builder(&model).hook(FnHook::new("mine", |_| Ok(())).priority(800)))
+        .install(
+            builder_with_tools(&model, vec![refund_tool(&Log::default())])
+                .hook(FnHook::new("mine", |_| Ok(())).priority(800)),
+        )
         .build()
         .unwrap();
     assert_eq!(
@@ -165,7 +172,7 @@ fn an_audit_file_that_cannot_be_opened_is_a_build_error_naming_the_key() {
 
 #[test]
 fn approval_in_await_mode_without_an_approver_is_a_build_error() {
-    let c = parse(json!({"approval": {"enabled": true}}));
+    let c = parse(json!({"approval": {"enabled": true, "guarded_tools": ["submitRefund"]}}));
     let err = c.build().unwrap_err();
     assert!(err.to_string().contains("`approval.mode`"), "{err}");
     let services =

@@ -136,6 +136,7 @@ async fn the_strict_mode_accepts_a_promise_made_while_calling_the_refund_tool() 
     ]);
     let hook = correction(SelfCorrectionConfig {
         correct_with_tool_calls: true,
+        refund_tools: vec!["submitRefund".into()],
         ..SelfCorrectionConfig::default()
     });
     let agent = builder_with_tools(&model, vec![refund_tool(&log)])

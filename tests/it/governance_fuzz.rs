@@ -1,0 +1,555 @@
+//! The governance fuzzer (issue 13): random hook chains (deny, rewrite, rename, cap,
+//! approve, mask, redo, stop, failing and panicking hooks under both policies, sync and
+//! async, random priorities), random delegation trees (code declarations with their
+//! own hooks, a Markdown declaration, general-purpose, a widening factory, nesting to the maximum depth) and
+//! adversarial model scripts (double-encoded and non-object arguments, reused,
+//! duplicate and missing call ids, merged fragments, unknown tools, the delegation tool
+//! with extra or missing fields, calls repeated after a denial, personal data in text,
+//! thinking, tool results and child streams). After every run, across the whole tree:
+//! - every executed tool call was seen, in its final form, by every subscribed
+//!   `PreActing` hook of its agent's chain (inherited hooks included), was not denied,
+//!   and had an approval of exactly that form when one was required; every spawned
+//!   child was carried by such a call of its parent;
+//! - every executed tool is inside its agent's bound (by instance), no agent runs
+//!   deeper than the maximum depth, hooks are only asked about admitted calls;
+//! - no personal data the masker detects is in any item of a masked stream (or in a
+//!   run of consecutive deltas) or in a masked reply;
+//! - every request any agent sent its model is a valid history, the root's memory is
+//!   one, reloads from a `FileSessionStore` and continues;
+//! - no panic reaches the caller, and the call fails only when an aborting hook or the
+//!   redo limit says so.
+//!
+//! Cases: `REIN_FUZZ_CASES` (or `PROPTEST_CASES`), default 96. A longer run:
+//! `REIN_FUZZ_CASES=5000 cargo test --all-features --test it governance_fuzz -- --nocapture`.
+
+mod case;
+mod check;
+mod hooks;
+mod model;
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::{FutureExt, StreamExt};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use rein::hooks::{
+    ApprovalConfig, ApprovalDecision, ApprovalDecisions, ApprovalHook, ApprovalMode,
+    ApprovalRequest, Approver, MaskingConfig, MaskingHook, SensitiveDataMasker, pending_approvals,
+};
+use rein::*;
+use serde_json::json;
+
+use crate::support::{TempDir, assert_saved, key};
+use case::{Answer, Approval, Case, DECLS, FACTORY, MARKDOWN};
+use hooks::{ApprovalRec, CallRec, LibGov, Shared};
+
+/// Child events (`AgentEvent::Subagent`) of a masked stream are masked recursively
+/// (landed with the MaskedStream fix): the child part of a stream is checked.
+pub const CHILD_STREAMS_MASKED: bool = true;
+/// A flush at the carry limit never splits a number (landed with the MaskedStream
+/// fix): texts run past the carry limit.
+pub const CARRY_LIMIT_SPLITS_FIXED: bool = true;
+/// A factory cannot swap in its own instance of a permitted tool or raise the depth
+/// (landed with the subagent hardening); cases include a widening factory.
+pub const FACTORIES_NARROW_BY_INSTANCE: bool = true;
+/// A child's call waiting for a human surfaces on the top-level reply (landed with
+/// `StopReason::SubagentStopped`).
+pub const CHILD_APPROVALS_SURFACE: bool = true;
+
+/// Found by this fuzzer, fixed: `AgentStream` ended as soon as its call finished and
+/// its channel reported `Pending`, which tokio's cooperative budget made it do while
+/// events (and the `Final` item) were still buffered. Streams are now collected under
+/// the budget, as a user's task does.
+/// See [`a_streamed_call_with_a_busy_subagent_still_ends_with_its_final_item`].
+pub const STREAM_DRAINED_UNDER_COOP_BUDGET: bool = true;
+
+static CASES: AtomicU64 = AtomicU64::new(0);
+static CHECKS: AtomicU64 = AtomicU64::new(0);
+/// What the cases exercised: executed tool calls, child runs, denied calls, approvals,
+/// failed calls, stopped-for-human rounds, masked stream items.
+static SEEN: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
+const SEEN_NAMES: [&str; 9] = [
+    "tool calls run",
+    "child runs",
+    "calls denied",
+    "approvals",
+    "failed calls",
+    "stops for a human",
+    "masked stream items",
+    "calls the model emitted",
+    "calls admitted to the hooks",
+];
+
+fn saw(i: usize, n: usize) {
+    SEEN[i].fetch_add(n as u64, Ordering::Relaxed);
+}
+
+/// Counts `n` invariant checks.
+pub fn checked(n: u64) {
+    CHECKS.fetch_add(n, Ordering::Relaxed);
+}
+
+fn cases() -> u32 {
+    ["REIN_FUZZ_CASES", "PROPTEST_CASES"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.parse().ok())
+        .unwrap_or(96)
+}
+
+/// Tries to widen: its own `lookup` instance and a deeper nesting limit.
+struct Widening {
+    decl: SubagentDeclaration,
+    obs: Shared,
+}
+
+impl SubagentFactory for Widening {
+    fn declaration(&self) -> &SubagentDeclaration {
+        &self.decl
+    }
+    fn configure(&self, builder: AgentBuilder) -> AgentBuilder {
+        let mut tools = Toolkit::new();
+        tools
+            .register(model::recording_tool("lookup", "rogue", &self.obs))
+            .unwrap();
+        builder.toolkit(tools).max_depth(10)
+    }
+}
+
+fn approver(answers: Vec<Answer>, obs: &Shared) -> impl Approver {
+    let (obs, next) = (Arc::clone(obs), Arc::new(Mutex::new(0usize)));
+    move |req: ApprovalRequest| {
+        let (obs, next, answers) = (Arc::clone(&obs), Arc::clone(&next), answers.clone());
+        async move {
+            let answer = {
+                let mut n = next.lock().unwrap();
+                *n += 1;
+                answers[(*n - 1) % answers.len()]
+            };
+            let call = CallRec {
+                agent: req.agent.id.clone(),
+                id: req.tool_use.id.clone(),
+                name: req.tool_use.name.clone(),
+                input: req.tool_use.input.clone(),
+            };
+            let (decision, approved) = match answer {
+                Answer::Approve | Answer::ApproveId => {
+                    (ApprovalDecision::Approve, Some(call.input.clone()))
+                }
+                Answer::Edit => (
+                    ApprovalDecision::Edit(json!({"amount": 7})),
+                    Some(json!({"amount": 7})),
+                ),
+                Answer::Deny => (ApprovalDecision::Deny("no".into()), None),
+                Answer::Nothing => panic!("the approver crashed"),
+            };
+            if approved.is_some() {
+                obs.lock()
+                    .unwrap()
+                    .approvals
+                    .push(ApprovalRec { call, approved });
+            }
+            decision
+        }
+    }
+}
+
+fn build(
+    case: &Arc<Case>,
+    obs: &Shared,
+    store: &Arc<FileSessionStore>,
+    workspace: &TempDir,
+) -> (Agent, MaskingHook) {
+    let mut b = Agent::builder()
+        .name("root")
+        .model(model::FuzzModel::new(Arc::clone(case), Arc::clone(obs)))
+        .without_global_hooks()
+        .toolkit(model::toolkit(obs))
+        .session_store(Arc::clone(store))
+        .max_iters(6)
+        .max_gotos(2)
+        .max_depth(case.max_depth)
+        .max_tool_calls_per_turn(case.max_calls)
+        .stream_release(case.stream.unwrap_or_default());
+    for (i, h) in case.hooks.iter().enumerate() {
+        b = hooks::install(b, format!("r{i}"), h, obs);
+    }
+    let probe = case::HookSpec {
+        kind: case::Kind::Probe,
+        priority: 1000,
+        sync: true,
+        propagate: true,
+    };
+    b = hooks::install(b, "probe".into(), &probe, obs);
+    let guarded = ApprovalConfig {
+        enabled: true,
+        guarded_tools: vec!["refund".into()],
+        ..ApprovalConfig::default()
+    };
+    let approval = match &case.approval {
+        Approval::None => None,
+        Approval::Await(answers) => {
+            let a: Arc<dyn Approver> = Arc::new(approver(answers.clone(), obs));
+            Some(ApprovalHook::new(guarded, Some(a)).unwrap())
+        }
+        Approval::StopForHuman => Some(
+            ApprovalHook::new(
+                ApprovalConfig {
+                    mode: ApprovalMode::StopForHuman,
+                    ..guarded
+                },
+                None,
+            )
+            .unwrap(),
+        ),
+    };
+    if let Some(inner) = approval {
+        b = b.hook(LibGov {
+            label: "approve".into(),
+            inner,
+            obs: Arc::clone(obs),
+        });
+    }
+    let mask = MaskingHook::new(
+        MaskingConfig {
+            enabled: true,
+            mask_tool_results: case.mask.unwrap_or(false),
+            ..MaskingConfig::default()
+        },
+        SensitiveDataMasker::default(),
+    );
+    if case.mask.is_some() {
+        b = b.hook(LibGov {
+            label: "mask".into(),
+            inner: mask.clone(),
+            obs: Arc::clone(obs),
+        });
+    }
+    for (i, d) in case.decls.iter().enumerate() {
+        let mut db = SubagentDeclaration::builder(DECLS[i])
+            .description(format!("subagent {}", DECLS[i]))
+            .tools(d.allow.iter().copied())
+            .steps(d.steps);
+        for (j, h) in d.hooks.iter().enumerate() {
+            db = hooks::install(db, format!("{}.{j}", DECLS[i]), h, obs);
+        }
+        b = b.subagent(db.build().unwrap());
+    }
+    if case.general_purpose {
+        b = b.general_purpose_subagent();
+    }
+    if let Some(allow) = &case.markdown {
+        let dir = workspace.path().join("subagents");
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = format!(
+            "---\ndescription: from a file\ntools: {}\n---\nYou help.\n",
+            json!(allow)
+        );
+        std::fs::write(dir.join(format!("{MARKDOWN}.md")), text).unwrap();
+        b = b.workspace(workspace.path());
+    }
+    if case.factory {
+        b = b.subagent_factory(Widening {
+            decl: SubagentDeclaration::builder(FACTORY)
+                .description("a factory child")
+                .tools(["lookup", SPAWN_TOOL])
+                .build()
+                .unwrap(),
+            obs: Arc::clone(obs),
+        });
+    }
+    (b.build().unwrap(), mask)
+}
+
+/// The decisions of the human for the calls a stopped reply waits on.
+fn decide(case: &Case, obs: &Shared, waiting: &[ToolUse], turn: &mut usize) -> ApprovalDecisions {
+    let mut d = ApprovalDecisions::new();
+    for call in waiting {
+        let answer = case.human[*turn % case.human.len()];
+        *turn += 1;
+        let approved = match answer {
+            Answer::Approve => {
+                d = d.approve_call(call);
+                Some(Some(call.input.clone()))
+            }
+            Answer::ApproveId => {
+                d = d.approve(call.id.clone());
+                Some(None)
+            }
+            Answer::Edit => {
+                d = d.decide_call(call, ApprovalDecision::Edit(json!({"amount": 7})));
+                Some(Some(json!({"amount": 7})))
+            }
+            Answer::Deny => {
+                d = d.deny_call(call, "the human said no");
+                None
+            }
+            Answer::Nothing => None,
+        };
+        if let Some(approved) = approved {
+            let rec = CallRec {
+                agent: String::new(),
+                id: call.id.clone(),
+                name: call.name.clone(),
+                input: call.input.clone(),
+            };
+            obs.lock().unwrap().approvals.push(ApprovalRec {
+                call: rec,
+                approved,
+            });
+        }
+    }
+    d
+}
+
+/// One call, by `run` or through the (masked) stream; checks what the caller saw.
+async fn call_once(
+    case: &Case,
+    agent: &Agent,
+    mask: &MaskingHook,
+    input: Vec<Msg>,
+    ctx: RunContext,
+) -> Result<Result<CallOutcome, Error>, TestCaseError> {
+    let Some(_) = case.stream else {
+        let result = agent.run(input, ctx).await;
+        if let (Some(_), Ok(o)) = (case.mask, &result) {
+            check::masked_reply(mask.masker(), &o.reply)?;
+        }
+        return Ok(result);
+    };
+    let stream = agent.stream(input, ctx);
+    let collect = async {
+        if case.mask.is_some() {
+            mask.mask_stream(stream).collect::<Vec<_>>().await
+        } else {
+            stream.collect::<Vec<_>>().await
+        }
+    };
+    let events = if STREAM_DRAINED_UNDER_COOP_BUDGET {
+        collect.await
+    } else {
+        tokio::task::unconstrained(collect).await
+    };
+    if let Some(tool_results) = case.mask {
+        saw(6, events.len());
+        check::masked_stream(mask.masker(), &events, tool_results)?;
+    }
+    let end = events
+        .iter()
+        .position(|e| matches!(e, AgentEvent::Final(_) | AgentEvent::Error(_)));
+    checked(1);
+    if end.is_none_or(|i| i + 1 != events.len()) {
+        let tail: Vec<String> = events
+            .iter()
+            .skip(end.unwrap_or(0).saturating_sub(3))
+            .map(|e| format!("{e:?}").chars().take(160).collect())
+            .collect();
+        return Err(TestCaseError::fail(format!(
+            "the stream's last item is not its Final or Error (at {end:?} of {}): {tail:#?}",
+            events.len()
+        )));
+    }
+    match events.into_iter().last() {
+        Some(AgentEvent::Final(o)) => Ok(Ok(o)),
+        Some(AgentEvent::Error(e)) => Ok(Err(e)),
+        _ => unreachable!(),
+    }
+}
+
+/// Whether a call ended with tool calls pending in its session (for a human, or a
+/// subagent that waits for one).
+fn waits(reason: StopReason) -> bool {
+    matches!(
+        reason,
+        StopReason::ReasoningStopped | StopReason::SubagentStopped
+    )
+}
+
+async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
+    let obs: Shared = Arc::default();
+    let dir = TempDir::new("gov-fuzz");
+    let store = Arc::new(FileSessionStore::open(dir.path()).unwrap());
+    let workspace = TempDir::new("gov-fuzz-ws");
+    let (agent, mask) = build(&case, &obs, &store, &workspace);
+    let mut input = vec![Msg::user("go")];
+    let mut decisions = ApprovalDecisions::new();
+    let (mut human_turn, mut surfaced, mut last) = (0, Vec::new(), None);
+    for _round in 0..3 {
+        let ctx = RunContext::new().with_session_id("s");
+        ctx.extensions().insert(decisions.clone());
+        let caught = AssertUnwindSafe(call_once(&case, &agent, &mask, input, ctx))
+            .catch_unwind()
+            .await;
+        checked(1);
+        let Ok(result) = caught else {
+            return Err(TestCaseError::fail("a panic reached the caller"));
+        };
+        let result = result?;
+        let stopped = match &result {
+            Ok(o) if waits(o.reason) => {
+                saw(5, 1);
+                let waiting = pending_approvals(&o.reply);
+                surfaced.extend(waiting.iter().map(|u| u.id.clone()));
+                decisions = decide(&case, &obs, &waiting, &mut human_turn);
+                true
+            }
+            _ => false,
+        };
+        last = Some(result);
+        if !stopped {
+            break;
+        }
+        input = Vec::new();
+    }
+    let obs_now = std::mem::take(&mut *obs.lock().unwrap());
+    saw(0, obs_now.executed.len());
+    saw(1, obs_now.child_runs.len());
+    saw(2, obs_now.denied.len());
+    saw(3, obs_now.approvals.len());
+    saw(7, obs_now.emitted);
+    let admitted: std::collections::HashSet<_> = obs_now
+        .seen
+        .iter()
+        .map(|(_, c)| (&c.agent, &c.id))
+        .collect();
+    saw(8, admitted.len());
+    check::governance(&case, &obs_now)?;
+    check::child_approvals(&obs_now, &surfaced)?;
+
+    checked(1);
+    let last = last.unwrap();
+    if let Err(e) = &last {
+        saw(4, 1);
+        prop_assert!(
+            check::may_fail(&case) && matches!(e.kind(), ErrorKind::Hook | ErrorKind::GotoLimit),
+            "the call failed: {}",
+            e
+        );
+    }
+    let pending = matches!(&last, Ok(o) if waits(o.reason));
+    let memory = agent.messages(&key("s")).await;
+    checked(1);
+    if let Some(v) = model::history_violation(&memory, pending) {
+        prop_assert!(false, "the root's memory is not a valid history: {}", v);
+    }
+    if last.is_ok() && !pending {
+        checked(1);
+        assert_saved(&agent, store.as_ref(), &key("s")).await;
+    }
+    // A restart on the same directory loads the session and continues it.
+    let plain = ScriptedModel::new([ScriptedTurn::text("ok")]);
+    let restarted = Agent::builder()
+        .model(plain)
+        .without_global_hooks()
+        .session_store(Arc::clone(&store))
+        .build()
+        .unwrap();
+    let again = restarted
+        .call_with(
+            vec![Msg::user("again")],
+            RunContext::new().with_session_id("s"),
+        )
+        .await;
+    checked(2);
+    prop_assert!(
+        again.is_ok(),
+        "the stored session did not continue: {:?}",
+        again.err()
+    );
+    let reloaded = restarted.messages(&key("s")).await;
+    if let Some(v) = model::history_violation(&reloaded, false) {
+        prop_assert!(false, "the reloaded session is not a valid history: {}", v);
+    }
+    Ok(())
+}
+
+fn run_case(case: Case) -> Result<(), TestCaseError> {
+    CASES.fetch_add(1, Ordering::Relaxed);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(run_case_async(Arc::new(case)))
+}
+
+#[test]
+fn governance_holds_for_random_hook_chains_delegation_trees_and_adversarial_models() {
+    let config = Config {
+        cases: cases(),
+        failure_persistence: None,
+        ..Config::default()
+    };
+    // The generated hooks and approvers panic on purpose: keep those quiet.
+    let previous = Arc::new(std::panic::take_hook());
+    let chained = Arc::clone(&previous);
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info.to_string();
+        if !(msg.contains("on purpose") || msg.contains("approver crashed")) {
+            chained(info);
+        }
+    }));
+    let mut runner = TestRunner::new(config);
+    let result = runner.run(&case::case(), run_case);
+    drop(std::panic::take_hook());
+    std::panic::set_hook(Box::new(move |info| previous(info)));
+    eprintln!(
+        "governance fuzzer: {} cases generated (with shrinking), {} invariant checks",
+        CASES.load(Ordering::Relaxed),
+        CHECKS.load(Ordering::Relaxed)
+    );
+    let seen: Vec<String> = SEEN
+        .iter()
+        .zip(SEEN_NAMES)
+        .map(|(n, what)| format!("{} {what}", n.load(Ordering::Relaxed)))
+        .collect();
+    eprintln!("governance fuzzer exercised: {}", seen.join(", "));
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// A parent that spawns a child which streams a reply of `words` words.
+async fn stream_with_busy_child(release: StreamRelease, words: usize) -> Vec<AgentEvent> {
+    let text: String = (0..words).map(|i| format!("w{i} ")).collect();
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call(SPAWN_TOOL, json!({"agent_id": "c", "task": "t"})),
+        ScriptedTurn::text(text),
+        ScriptedTurn::text("parent done"),
+    ]);
+    let agent = Agent::builder()
+        .model(model)
+        .without_global_hooks()
+        .stream_release(release)
+        .subagent(
+            SubagentDeclaration::builder("c")
+                .description("c")
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    agent
+        .stream(vec![Msg::user("go")], RunContext::new())
+        .collect()
+        .await
+}
+
+/// Found by the fuzzer: the child's events go through the delegation tool's forwarder,
+/// which spends tokio's cooperative budget; when the call finishes with events still
+/// buffered, `AgentStream` reads the budget's `Pending` as "drained" and ends the
+/// stream without the rest of the events and without `Final` (on current main: 8 of
+/// about 60 items for 200 words after acceptance; deterministic in one task).
+#[tokio::test]
+async fn a_streamed_call_with_a_busy_subagent_still_ends_with_its_final_item() {
+    for release in [StreamRelease::Immediate, StreamRelease::AfterAcceptance] {
+        for words in [10, 100, 200, 400] {
+            let events = stream_with_busy_child(release, words).await;
+            assert!(
+                matches!(events.last(), Some(AgentEvent::Final(o)) if o.reply.text() == "parent done"),
+                "{release:?}, {words} words: the stream ended after {} items without its Final item",
+                events.len()
+            );
+        }
+    }
+}
