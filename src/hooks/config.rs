@@ -242,13 +242,8 @@ impl HooksConfig {
             let sink: Arc<dyn AuditSink> = match (&services.audit_sink, &self.audit.sink) {
                 (Some(sink), _) => Arc::clone(sink),
                 (None, AuditSinkConfig::Tracing) => Arc::new(TracingAuditSink),
-                (None, AuditSinkConfig::Jsonl { path }) => {
-                    Arc::new(JsonlAuditSink::open(path).map_err(|e| {
-                        BuildError::invalid_config(
-                            "audit.sink.path",
-                            format!("cannot open `{}`: {e}", path.display()),
-                        )
-                    })?)
+                (None, AuditSinkConfig::Jsonl { path, durability }) => {
+                    Arc::new(JsonlAuditSink::open_configured(path, *durability)?)
                 }
             };
             Some(Arc::new(AuditHook::new(

@@ -83,7 +83,8 @@ pub use condition::ArgCondition;
 pub use config::{HookServices, Hooks, HooksConfig};
 pub use dynamic_options::{DynamicOptionsConfig, DynamicOptionsHook};
 pub use latency::{
-    LatencyConfig, LatencyHook, LatencySeries, LatencySnapshot, Outcome, Segment, TtftMode,
+    LatencyAgent, LatencyConfig, LatencyHook, LatencySeries, LatencySnapshot, Outcome, Segment,
+    TtftMode,
 };
 pub use masker::{
     DEFAULT_REPLACEMENT, MaskStyle, MaskerBuilder, MaskerConfig, MaskerError, NamedPattern,

@@ -455,5 +455,7 @@ mod metrics_export {
             labels.contains(&("outcome".into(), "ok".into())),
             "{labels:?}"
         );
+        assert!(labels.contains(&("depth".into(), "0".into())), "{labels:?}");
+        assert!(labels.iter().any(|(k, _)| k == "agent"), "{labels:?}");
     }
 }

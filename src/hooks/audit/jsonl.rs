@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use super::{AuditRecord, AuditSink, AuditSinkError};
+use crate::error::BuildError;
 
 /// When a [`JsonlAuditSink`] forces its records to stable storage (`fsync`, precisely
 /// `fdatasync`) on its own. Whatever the policy, a record counts as written once the
@@ -110,6 +111,20 @@ impl JsonlAuditSink {
     /// writer thread.
     pub fn open(path: impl AsRef<Path>) -> std::io::Result<Self> {
         Self::open_with(path, Durability::default())
+    }
+
+    /// [`open_with`](Self::open_with) for a configured sink
+    /// ([`AuditSinkConfig::Jsonl`](super::AuditSinkConfig::Jsonl)).
+    ///
+    /// # Errors
+    /// [`BuildError`] at `audit.sink.path` when the file cannot be opened.
+    pub(crate) fn open_configured(path: &Path, durability: Durability) -> Result<Self, BuildError> {
+        Self::open_with(path, durability).map_err(|e| {
+            BuildError::invalid_config(
+                "audit.sink.path",
+                format!("cannot open `{}`: {e}", path.display()),
+            )
+        })
     }
 
     /// Opens `path` for appending, creating it if needed, syncing per `durability`.
@@ -411,5 +426,48 @@ impl Appender {
                 Err(e)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hooks::{AuditSinkConfig, HooksConfig};
+
+    /// The sink a configuration's `audit.sink` opens, as the hooks' build opens it.
+    fn opened(config: &HooksConfig) -> JsonlAuditSink {
+        match &config.audit.sink {
+            AuditSinkConfig::Jsonl { path, durability } => {
+                JsonlAuditSink::open_configured(path, *durability).unwrap()
+            }
+            other => panic!("not a jsonl sink: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_configured_durability_is_the_policy_the_jsonl_sink_is_opened_with() {
+        let dir = std::env::temp_dir().join(format!("rein-durability-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("audit.jsonl");
+        let yaml = format!(
+            "audit:\n  enabled: true\n  sink:\n    type: jsonl\n    path: {}\n    durability: every_record\n",
+            path.display()
+        );
+        let from_yaml: HooksConfig = serde_yaml_ng::from_str(&yaml).unwrap();
+        assert_eq!(opened(&from_yaml).durability(), Durability::EveryRecord);
+        let json = serde_json::json!({"audit": {"enabled": true, "sink": {
+            "type": "jsonl", "path": path, "durability": {"batched": {"max_delay_ms": 250}}}}});
+        let from_json: HooksConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(
+            opened(&from_json).durability(),
+            Durability::Batched { max_delay_ms: 250 }
+        );
+        let plain = serde_json::json!({"audit": {"sink": {"type": "jsonl", "path": path}}});
+        let plain: HooksConfig = serde_json::from_value(plain).unwrap();
+        assert_eq!(opened(&plain).durability(), Durability::default());
+        assert!(from_yaml.build().unwrap().audit().is_some());
+        let typo = yaml.replace("every_record", "every_recrod");
+        assert!(serde_yaml_ng::from_str::<HooksConfig>(&typo).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -27,7 +27,9 @@ use super::masker::SensitiveDataMasker;
 use super::msg_flags;
 use super::state::{RunStates, next_instance_id};
 use crate::agent::StopReason;
-use crate::hook::{EventKind, FailurePolicy, Hook, HookError, HookEvent, Interest};
+use crate::hook::{EventKind, FailurePolicy, Hook, HookError, HookEvent, Interest, PreActingEvent};
+use crate::message::ToolUse;
+use crate::observe::DecisionKind;
 use pipeline::Pipeline;
 use record::WallClock;
 
@@ -54,10 +56,15 @@ pub enum AuditSinkConfig {
     /// [`TracingAuditSink`] (default).
     #[default]
     Tracing,
-    /// [`JsonlAuditSink`] appending to `path`.
+    /// [`JsonlAuditSink`] appending to `path`, syncing per `durability`.
     Jsonl {
         /// The file to append to.
         path: PathBuf,
+        /// When records are forced to stable storage (default batched, at most
+        /// 1000 ms): `every_record`, `none`, or `{ batched: { max_delay_ms: N } }`.
+        /// See [`Durability`].
+        #[serde(default)]
+        durability: Durability,
     },
 }
 
@@ -105,18 +112,88 @@ pub struct AuditStats {
     pub dropped: u64,
 }
 
-/// Per-call audit state: when each open tool call started and why denied calls were
-/// denied, by tool-call id (a handful at a time: scanned, not hashed).
+/// Per-call audit state: when each open tool call started, why denied calls were
+/// denied and how rewritten calls looked before, by tool-call id (a handful at a
+/// time: scanned, not hashed).
 #[derive(Default)]
 struct AuditRun {
     started: Vec<(String, Instant)>,
     denials: Vec<(String, (String, Option<String>))>,
+    rewrites: Vec<(String, Rewrite)>,
+}
+
+/// A call hooks rewrote: the call as the model asked for it and who changed it.
+struct Rewrite {
+    original: ToolUse,
+    by: Vec<String>,
 }
 
 /// Removes and returns the value stored under `id`.
 fn take_by_id<V>(entries: &mut Vec<(String, V)>, id: &str) -> Option<V> {
     let i = entries.iter().position(|(k, _)| k == id)?;
     Some(entries.swap_remove(i).1)
+}
+
+/// The value stored under `id`, inserted with `init` if absent.
+fn entry_by_id<'a, V>(
+    entries: &'a mut Vec<(String, V)>,
+    id: &str,
+    init: impl FnOnce() -> V,
+) -> &'a mut V {
+    let i = match entries.iter().position(|(k, _)| k == id) {
+        Some(i) => i,
+        None => {
+            entries.push((id.to_owned(), init()));
+            entries.len() - 1
+        }
+    };
+    &mut entries[i].1
+}
+
+/// The hooks known to have rewritten the call of `e` so far in this `PreActing`
+/// pass: every `ToolInputRewritten` decision of the pass for this call (when the call
+/// records decisions) and the hook that last changed the call (always known).
+fn rewriters(e: &PreActingEvent) -> Vec<&str> {
+    let id = e.tool_use().id.as_str();
+    let mut names: Vec<&str> = e
+        .meta
+        .trail
+        .iter()
+        .filter(|d| {
+            d.kind == DecisionKind::ToolInputRewritten && d.tool_call_id.as_deref() == Some(id)
+        })
+        .map(|d| d.hook.as_str())
+        .collect();
+    let last = e
+        .changed_by
+        .and_then(|i| e.meta.call.hooks.get(usize::from(i)))
+        .map(|h| &*h.name);
+    if let Some(last) = last
+        && !names.contains(&last)
+    {
+        names.push(last);
+    }
+    names
+}
+
+/// The status of a call the runtime refused, recognised by the exact error text the
+/// runtime gives the model (see the agent's acting step); `None` for any other result.
+fn refusal(tool: &str, text: &str) -> Option<AuditStatus> {
+    let after = |prefix: &str| {
+        text.strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix(tool))
+    };
+    if after("Unknown tool `").is_some_and(|r| r.starts_with("`. Available tools: [")) {
+        Some(AuditStatus::UnknownTool)
+    } else if after("Invalid arguments for tool `").is_some_and(|r| r.starts_with("`: ")) {
+        Some(AuditStatus::InvalidArguments)
+    } else if after("Tool call `")
+        .is_some_and(|r| r.starts_with("` was not executed: the model asked for "))
+    {
+        Some(AuditStatus::TooManyCalls)
+    } else {
+        None
+    }
 }
 
 /// Writes an [`AuditRecord`] for every executed tool call, every denied (blocked) tool
@@ -130,6 +207,21 @@ fn take_by_id<V>(entries: &mut Vec<(String, V)>, id: &str) -> Option<V> {
 /// reason and denying hook; the answer, stop reason and flags (such as
 /// `self_correction_exhausted`); the error message and kind. Arguments are masked with
 /// `mask_args`, answers with `mask_answer`, reasons and errors always.
+///
+/// **Rewritten calls.** When a `PreActing` hook changed a call (a tool-guard cap, an
+/// approver's edit), its record holds the arguments that ran (`args`), the ones the
+/// model asked for (`original_args`, masked like `args`; `original_tool` if the name
+/// changed) and the hooks that changed it (`rewritten_by`). The rewriters named are
+/// those that ran before this hook in a pass in which it then saw the call: with the
+/// decision trail on (see [`crate::observe`]) every such hook, otherwise the last one
+/// of each pass — which covers the built-in rewriters (tool guard at 20, approval at
+/// 100) unless both change the same call. A hook after this one (priority above 850)
+/// that rewrites a call is reflected in `args` and `original_args`, not in
+/// `rewritten_by`.
+///
+/// **Refused calls.** A call the runtime refused before any hook saw it is recorded as
+/// a `tool-call` with status `unknown_tool`, `invalid_arguments` or `too_many_calls`
+/// (not a generic `error`), with the error the model received as `reason`.
 ///
 /// Records are handed to a bounded queue (`queue_capacity`) drained by a background
 /// task on the current tokio runtime, so a slow sink never blocks a call (with
@@ -226,32 +318,52 @@ impl AuditHook {
                 None
             }
             HookEvent::PreActing(e) => {
-                let id = e.tool_use().id.clone();
+                let id = e.tool_use().id.as_str();
                 let denial = e
                     .denial_reason()
                     .map(|r| (r.to_owned(), e.denied_by().map(str::to_owned)));
-                RunStates::with(
-                    ctx,
-                    self.id,
-                    &agent.id,
-                    AuditRun::default,
-                    |run| match denial {
-                        Some(d) => run.denials.push((id, d)),
-                        None => run.started.push((id, e.timestamp())),
-                    },
-                );
+                let by = if e.was_rewritten() {
+                    rewriters(e)
+                } else {
+                    Vec::new()
+                };
+                RunStates::with(ctx, self.id, &agent.id, AuditRun::default, |run| {
+                    // The hook runs again when a later hook rewrote the call: one entry
+                    // per call, the first start kept.
+                    match denial {
+                        // A denial is final: the hook does not run again on the call.
+                        Some(d) => {
+                            entry_by_id(&mut run.denials, id, || d);
+                        }
+                        None => {
+                            entry_by_id(&mut run.started, id, || e.timestamp());
+                        }
+                    }
+                    if e.was_rewritten() {
+                        let rewrite = entry_by_id(&mut run.rewrites, id, || Rewrite {
+                            original: e.original_tool_use().clone(),
+                            by: Vec::new(),
+                        });
+                        for name in by {
+                            if !rewrite.by.iter().any(|b| b == name) {
+                                rewrite.by.push(name.to_owned());
+                            }
+                        }
+                    }
+                });
                 None
             }
             HookEvent::PostActing(e) => {
                 let tu = e.tool_use();
-                let (started, denial) =
+                let (started, denial, rewrite) =
                     RunStates::<AuditRun>::update(ctx, self.id, &agent.id, |run| {
                         (
                             take_by_id(&mut run.started, &tu.id),
                             take_by_id(&mut run.denials, &tu.id),
+                            take_by_id(&mut run.rewrites, &tu.id),
                         )
                     })
-                    .unwrap_or((None, None));
+                    .unwrap_or((None, None, None));
                 let mut r = AuditRecord::new(
                     if e.was_denied() {
                         AuditKind::ToolDenied
@@ -265,17 +377,34 @@ impl AuditHook {
                 r.tool_call_id = Some(tu.id.clone());
                 r.tool = Some(tu.name.clone());
                 r.args = Some(self.args(&tu.input));
+                if let Some(rewrite) = rewrite {
+                    r.original_args = Some(self.args(&rewrite.original.input));
+                    if rewrite.original.name != tu.name {
+                        r.original_tool = Some(rewrite.original.name);
+                    }
+                    r.rewritten_by = rewrite.by;
+                }
                 if e.was_denied() {
                     r.status = Some(AuditStatus::Denied);
                     let (reason, by) = denial.unwrap_or_else(|| (e.tool_result().text(), None));
                     r.reason = Some(self.mask_text(&reason));
                     r.denied_by = by;
                 } else {
-                    r.status = Some(if e.tool_result().is_error {
-                        AuditStatus::Error
+                    let result = e.tool_result();
+                    let refused = if result.is_error {
+                        let text = result.text();
+                        refusal(&tu.name, &text).map(|status| (status, text))
                     } else {
-                        AuditStatus::Ok
+                        None
+                    };
+                    r.status = Some(match (&refused, result.is_error) {
+                        (Some((status, _)), _) => *status,
+                        (None, true) => AuditStatus::Error,
+                        (None, false) => AuditStatus::Ok,
                     });
+                    if let Some((_, text)) = refused {
+                        r.reason = Some(self.mask_text(&text));
+                    }
                     r.duration_ms = started.map(|s| (e.timestamp() - s).as_secs_f64() * 1000.0);
                     r.stop_requested = Some(e.is_stop_requested());
                 }
@@ -421,7 +550,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::hook::{EventMeta, PreActingEvent};
+    use crate::hook::EventMeta;
     use crate::{AgentInfo, RunContext, ToolUse};
 
     /// The hook future is erased inline (no allocation per event) when it fits the

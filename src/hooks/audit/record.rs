@@ -51,6 +51,15 @@ pub enum AuditStatus {
     Error,
     /// A hook denied the call; the tool did not run.
     Denied,
+    /// The runtime refused the call before any hook saw it (or after a hook renamed
+    /// it): the agent has no tool of that name. The tool did not run.
+    UnknownTool,
+    /// The runtime refused the call: its arguments are not a JSON object or fail the
+    /// tool's JSON Schema. The tool did not run.
+    InvalidArguments,
+    /// The runtime refused the call: the model asked for more calls in one turn than
+    /// the agent allows. The tool did not run.
+    TooManyCalls,
 }
 
 /// One audit record: who, in which call, did what. Serialized as one JSON object;
@@ -91,6 +100,19 @@ pub struct AuditRecord {
     /// Tool records: the arguments as JSON, as they ran (after guard rewrites).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Value>,
+    /// Tool records of a call a hook rewrote: the arguments the model asked for
+    /// (before any rewrite), masked like `args`. `None` when no hook changed the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_args: Option<Value>,
+    /// Tool records of a call a hook renamed: the tool the model asked for (`tool`
+    /// holds the one that ran). `None` when the name was not changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_tool: Option<String>,
+    /// Tool records of a rewritten call: the names of the hooks that changed it, in
+    /// the order they first did (empty when no hook changed the call). See
+    /// [`AuditHook`](super::AuditHook) for which rewriters are named.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rewritten_by: Vec<String>,
     /// Tool records: how the call ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<AuditStatus>,
@@ -101,7 +123,9 @@ pub struct AuditRecord {
     /// `tool-call`: whether a hook (before the audit hook) asked to stop the loop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_requested: Option<bool>,
-    /// `tool-denied`: the denial reason; `reasoning-redone`: the messages the redo
+    /// `tool-denied`: the denial reason; `tool-call` refused by the runtime (statuses
+    /// `unknown_tool`, `invalid_arguments`, `too_many_calls`): the error the model
+    /// received; `reasoning-redone`: the messages the redo
     /// appended to the conversation, if any (a system-role self-correction is placed in
     /// the requests instead, and the turn carries the `self_corrected` flag).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -179,6 +203,9 @@ impl AuditRecord {
             tool_call_id: None,
             tool: None,
             args: None,
+            original_args: None,
+            original_tool: None,
+            rewritten_by: Vec::new(),
             status: None,
             duration_ms: None,
             stop_requested: None,

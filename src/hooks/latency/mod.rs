@@ -3,16 +3,18 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::sync::Arc;
 
-use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::state::{RunStates, next_instance_id};
 use crate::hook::{EventKind, FailurePolicy, HookError, HookEvent, Interest, SyncHook};
 use crate::model::ModelChunk;
+use series::{AgentSlot, Recorder};
+pub use series::{LatencyAgent, LatencySeries, LatencySnapshot};
+
+mod series;
 
 /// One timed segment of a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -124,6 +126,10 @@ pub struct LatencyConfig {
     /// names are recorded as `other`, so dynamic tools cannot grow the series without
     /// bound.
     pub max_tool_labels: usize,
+    /// How many distinct agent names get their own label per depth (default 64);
+    /// further agents are recorded as `other` at their depth (see [`LatencyAgent`]).
+    /// Tool labels are capped per agent label.
+    pub max_agent_labels: usize,
     /// Prefix of the exported metric names (default `rein.agent.latency`, giving
     /// `rein.agent.latency.e2e` and so on). Used with the `metrics` feature.
     pub metric_prefix: String,
@@ -135,264 +141,18 @@ impl Default for LatencyConfig {
             enabled: true,
             ttft: TtftMode::FirstChunk,
             max_tool_labels: 64,
+            max_agent_labels: 64,
             metric_prefix: "rein.agent.latency".to_owned(),
         }
     }
 }
-
-/// Percentiles of one series (segment, tool label, outcome) at the time of a
-/// [`LatencyHook::snapshot`]. Durations have two significant decimal digits of
-/// precision (HDR histogram, microsecond unit).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LatencySeries {
-    /// The segment.
-    pub segment: Segment,
-    /// The tool label, for [`Segment::Tool`] (`other` beyond the label cap).
-    pub tool: Option<String>,
-    /// The outcome label.
-    pub outcome: Outcome,
-    /// Number of samples.
-    pub count: u64,
-    /// Smallest sample.
-    pub min: Duration,
-    /// Largest sample.
-    pub max: Duration,
-    /// Arithmetic mean.
-    pub mean: Duration,
-    /// Median.
-    pub p50: Duration,
-    /// 95th percentile.
-    pub p95: Duration,
-    /// 99th percentile.
-    pub p99: Duration,
-}
-
-/// Every series a [`LatencyHook`] recorded, ordered by segment, tool and outcome.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LatencySnapshot {
-    series: Vec<LatencySeries>,
-}
-
-impl LatencySnapshot {
-    /// All series.
-    pub fn series(&self) -> &[LatencySeries] {
-        &self.series
-    }
-
-    /// The series of `segment` with this tool label (`None` except for tools) and
-    /// outcome.
-    pub fn get(
-        &self,
-        segment: Segment,
-        tool: Option<&str>,
-        outcome: Outcome,
-    ) -> Option<&LatencySeries> {
-        self.series
-            .iter()
-            .find(|s| s.segment == segment && s.tool.as_deref() == tool && s.outcome == outcome)
-    }
-
-    /// Samples of `segment` over every tool label and outcome.
-    pub fn count(&self, segment: Segment) -> u64 {
-        self.series
-            .iter()
-            .filter(|s| s.segment == segment)
-            .map(|s| s.count)
-            .sum()
-    }
-
-    /// Samples of `segment` with this outcome, over every tool label.
-    pub fn count_outcome(&self, segment: Segment, outcome: Outcome) -> u64 {
-        self.series
-            .iter()
-            .filter(|s| s.segment == segment && s.outcome == outcome)
-            .map(|s| s.count)
-            .sum()
-    }
-
-    /// `true` when nothing was recorded.
-    pub fn is_empty(&self) -> bool {
-        self.series.is_empty()
-    }
-}
-
-impl fmt::Display for LatencySnapshot {
-    /// A fixed-width table: segment, tool, outcome, count, p50, p95, p99, max (ms).
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "{:<10} {:<14} {:<9} {:>5} {:>9} {:>9} {:>9} {:>9}",
-            "segment", "tool", "outcome", "count", "p50 ms", "p95 ms", "p99 ms", "max ms"
-        )?;
-        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-        for s in &self.series {
-            writeln!(
-                f,
-                "{:<10} {:<14} {:<9} {:>5} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
-                s.segment.as_str(),
-                s.tool.as_deref().unwrap_or("-"),
-                s.outcome.as_str(),
-                s.count,
-                ms(s.p50),
-                ms(s.p95),
-                ms(s.p99),
-                ms(s.max),
-            )?;
-        }
-        Ok(())
-    }
-}
-
-/// One histogram per [`Outcome`], created on first sample.
-type Row = [Option<Histogram<u64>>; 4];
-
-/// Every histogram of one hook, indexed so that recording a sample never hashes or
-/// allocates once its series exists.
-#[derive(Default)]
-struct Series {
-    /// Samples without a tool label, by [`Segment`].
-    plain: [Row; 5],
-    /// Tool samples by label, in first-seen order: at most `max_tool_labels` tool
-    /// names, plus `other` for the names beyond them.
-    tools: Vec<(Box<str>, Row)>,
-}
-
-impl Series {
-    /// The row of tool label `label`, created if absent.
-    fn tool_row(&mut self, label: &str) -> &mut Row {
-        let i = match self.tools.iter().position(|(name, _)| **name == *label) {
-            Some(i) => i,
-            None => {
-                self.tools.push((label.into(), Row::default()));
-                self.tools.len() - 1
-            }
-        };
-        &mut self.tools[i].1
-    }
-}
-
-/// The hook's aggregate: histograms only, no per-call state.
-struct Recorder {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    prefix: String,
-    max_tool_labels: usize,
-    series: Mutex<Series>,
-}
-
-impl Recorder {
-    fn lock(&self) -> MutexGuard<'_, Series> {
-        self.series.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn record(&self, segment: Segment, tool: Option<&str>, outcome: Outcome, elapsed: Duration) {
-        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        let label = {
-            let mut guard = self.lock();
-            let series = &mut *guard;
-            let label = tool.map(|t| {
-                let known = series.tools.iter().any(|(name, _)| **name == *t);
-                // The overflow label "other" is not counted as a tool name.
-                let named = || series.tools.iter().filter(|(n, _)| &**n != "other").count();
-                if known || named() < self.max_tool_labels {
-                    t
-                } else {
-                    "other"
-                }
-            });
-            let row = match label {
-                None => &mut series.plain[segment as usize],
-                Some(l) => series.tool_row(l),
-            };
-            let slot = &mut row[outcome as usize];
-            if slot.is_none() {
-                match Histogram::<u64>::new(2) {
-                    Ok(h) => *slot = Some(h),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "latency histogram could not be created");
-                        return;
-                    }
-                }
-            }
-            if let Some(h) = slot {
-                // Auto-resizing histograms grow to fit; saturate if growing fails.
-                if h.record(micros).is_err() {
-                    h.saturating_record(micros);
-                }
-            }
-            label
-        };
-        tracing::debug!(
-            target: "rein::latency",
-            segment = segment.as_str(),
-            tool = label,
-            outcome = outcome.as_str(),
-            micros,
-            "latency sample"
-        );
-        #[cfg(feature = "metrics")]
-        {
-            let mut labels = vec![metrics::Label::new("outcome", outcome.as_str())];
-            if let Some(t) = label {
-                labels.push(metrics::Label::new("tool", t.to_owned()));
-            }
-            metrics::histogram!(format!("{}.{}", self.prefix, segment.as_str()), labels)
-                .record(elapsed.as_secs_f64());
-        }
-    }
-
-    fn snapshot(&self) -> LatencySnapshot {
-        let series = self.lock();
-        let us = Duration::from_micros;
-        let mut rows: Vec<(Segment, Option<&str>, &Row)> = Segment::ALL
-            .iter()
-            .map(|&s| (s, None, &series.plain[s as usize]))
-            .collect();
-        rows.extend(
-            series
-                .tools
-                .iter()
-                .map(|(name, row)| (Segment::Tool, Some(&**name), row)),
-        );
-        let mut out: Vec<LatencySeries> = rows
-            .into_iter()
-            .flat_map(|(segment, tool, row)| {
-                OUTCOMES.iter().filter_map(move |&outcome| {
-                    let h = row[outcome as usize].as_ref()?;
-                    Some(LatencySeries {
-                        segment,
-                        tool: tool.map(str::to_owned),
-                        outcome,
-                        count: h.len(),
-                        min: us(h.min()),
-                        max: us(h.max()),
-                        mean: Duration::try_from_secs_f64(h.mean() / 1e6).unwrap_or_default(),
-                        p50: us(h.value_at_quantile(0.50)),
-                        p95: us(h.value_at_quantile(0.95)),
-                        p99: us(h.value_at_quantile(0.99)),
-                    })
-                })
-            })
-            .collect();
-        // Ordered by segment, tool label (none first), outcome.
-        out.sort_by(|a, b| (a.segment, &a.tool, a.outcome).cmp(&(b.segment, &b.tool, b.outcome)));
-        LatencySnapshot { series: out }
-    }
-}
-
-/// Every outcome, in label order.
-const OUTCOMES: [Outcome; 4] = [
-    Outcome::Ok,
-    Outcome::Error,
-    Outcome::Denied,
-    Outcome::Cancelled,
-];
 
 /// Open timers of one call of one agent, kept in the run context. Whatever is still
 /// open when the state is dropped without finishing (the call was cancelled) is
 /// recorded as [`Outcome::Cancelled`].
 struct RunTimers {
     recorder: Arc<Recorder>,
+    agent: AgentSlot,
     call: Option<Instant>,
     ttft_done: bool,
     reasoning: Option<Instant>,
@@ -404,9 +164,10 @@ struct RunTimers {
 }
 
 impl RunTimers {
-    fn new(recorder: &Arc<Recorder>, now: Instant) -> Self {
+    fn new(recorder: &Arc<Recorder>, agent: AgentSlot, now: Instant) -> Self {
         Self {
             recorder: Arc::clone(recorder),
+            agent,
             call: Some(now),
             ttft_done: false,
             reasoning: None,
@@ -418,15 +179,15 @@ impl RunTimers {
 
     /// Records the call and every open segment with `outcome`; leaves nothing open.
     fn close_all(&mut self, outcome: Outcome, now: Instant) {
-        let r = &self.recorder;
+        let (r, a) = (&self.recorder, &self.agent);
         if let Some(start) = self.call.take() {
-            r.record(Segment::E2e, None, outcome, now - start);
+            r.record(a, Segment::E2e, None, outcome, now - start);
         }
         if let Some(start) = self.reasoning.take() {
-            r.record(Segment::Reasoning, None, outcome, now - start);
+            r.record(a, Segment::Reasoning, None, outcome, now - start);
         }
         if let Some(start) = self.summary.take() {
-            r.record(Segment::Summary, None, outcome, now - start);
+            r.record(a, Segment::Summary, None, outcome, now - start);
         }
         for (start, name) in self
             .tools
@@ -434,7 +195,7 @@ impl RunTimers {
             .map(|(_, start, name)| (start, name))
             .chain(self.anonymous.drain(..))
         {
-            r.record(Segment::Tool, Some(&name), outcome, now - start);
+            r.record(a, Segment::Tool, Some(&name), outcome, now - start);
         }
     }
 }
@@ -468,11 +229,28 @@ impl Drop for RunTimers {
 /// interrupted) as `error` instead of dropping it; a dropped call's future records
 /// `cancelled` when its run context is dropped.
 ///
-/// Percentiles come from HDR histograms (two significant digits); read them with
-/// [`LatencyHook::snapshot`]. With the `metrics` cargo feature every sample is also
-/// recorded as a `metrics` histogram named `{metric_prefix}.{segment}` (seconds) with
-/// labels `outcome` and, for tools, `tool`, so any exporter works. Every sample is
-/// also a `debug` event on the `rein::latency` tracing target.
+/// **Per agent.** A hook installed on an agent also runs in the subagents it
+/// delegates to (inherited hooks), and every sample is labelled with the agent that
+/// made it: its name and depth ([`LatencyAgent`]). So one user call that delegates
+/// once gives one `e2e` sample at depth 0 (the whole call, the child's time
+/// included) and one at depth 1 (the child's own call). The views:
+/// - [`snapshot`](LatencyHook::snapshot): **top-level only** (depth 0) — what the
+///   agent's callers experience; use it for user-facing latency;
+/// - [`snapshot_agent`](LatencyHook::snapshot_agent): one agent label;
+///   [`agents`](LatencyHook::agents) lists the labels;
+/// - [`snapshot_all`](LatencyHook::snapshot_all): every agent merged (counts agent
+///   calls, not user calls).
+///
+/// Percentiles come from HDR histograms (two significant digits). With the `metrics`
+/// cargo feature every sample is also recorded as a `metrics` histogram named
+/// `{metric_prefix}.{segment}` (seconds) with labels `outcome`, `agent`, `depth` and,
+/// for tools, `tool`, so any exporter works (filter on `depth="0"` for the top-level
+/// view). Every sample is also a `debug` event on the `rein::latency` tracing target,
+/// with the same fields.
+///
+/// Recording costs no allocation and no string comparison per event once a series
+/// exists: the agent's series is resolved once per call (on `PreCall`) and samples
+/// are recorded by index.
 ///
 /// Per-call state lives in the run context ([`RunContext::extensions`](crate::RunContext::extensions)),
 /// keyed by this hook instance and the agent id, and is removed on `PostCall` and
@@ -504,11 +282,11 @@ impl LatencyHook {
     pub fn new(config: LatencyConfig) -> Self {
         Self {
             id: next_instance_id(),
-            recorder: Arc::new(Recorder {
-                prefix: config.metric_prefix.clone(),
-                max_tool_labels: config.max_tool_labels,
-                series: Mutex::new(Series::default()),
-            }),
+            recorder: Arc::new(Recorder::new(
+                config.metric_prefix.clone(),
+                config.max_tool_labels,
+                config.max_agent_labels,
+            )),
             config,
         }
     }
@@ -518,14 +296,38 @@ impl LatencyHook {
         &self.config
     }
 
-    /// Percentiles of every series recorded so far (since the last [`reset`](Self::reset)).
+    /// The **top-level view**: percentiles of the samples of top-level agents (depth
+    /// 0) only, recorded since the last [`reset`](Self::reset). Its `e2e` series is
+    /// what callers of the agent experience, one sample per user call, however many
+    /// subagents the call delegated to (their calls are timed separately: see
+    /// [`snapshot_agent`](Self::snapshot_agent) and [`snapshot_all`](Self::snapshot_all)).
+    /// A hook installed only on subagents has an empty top-level view.
     pub fn snapshot(&self) -> LatencySnapshot {
-        self.recorder.snapshot()
+        self.recorder.snapshot(|a| a.depth == 0)
+    }
+
+    /// Percentiles of the samples of one agent label (name and depth; see
+    /// [`agents`](Self::agents)). Empty for a label with no samples.
+    pub fn snapshot_agent(&self, name: &str, depth: u32) -> LatencySnapshot {
+        self.recorder
+            .snapshot(|a| a.depth == depth && a.name == name)
+    }
+
+    /// Percentiles of every sample of every agent, merged: a delegated call counts
+    /// once for the parent and once for each subagent call it made (the `e2e` count
+    /// is then the number of agent calls, not of user calls).
+    pub fn snapshot_all(&self) -> LatencySnapshot {
+        self.recorder.snapshot(|_| true)
+    }
+
+    /// The agent labels that have samples, ordered by depth, then name.
+    pub fn agents(&self) -> Vec<LatencyAgent> {
+        self.recorder.agents()
     }
 
     /// Forgets every sample and tool label.
     pub fn reset(&self) {
-        *self.recorder.lock() = Series::default();
+        self.recorder.reset();
     }
 
     fn open(&self, ctx: &crate::RunContext, agent: &str, f: impl FnOnce(&mut RunTimers)) {
@@ -572,13 +374,17 @@ impl SyncHook for LatencyHook {
         // look at it, and none for chunks after the first token.
         let event: &HookEvent = event;
         let ctx = event.context();
-        let agent = event.agent().id.as_str();
+        let info = event.agent();
+        let agent = info.id.as_str();
         let r = &self.recorder;
         match event {
             HookEvent::PreCall(e) => {
+                // The agent's series is resolved once per call; every later sample of
+                // the call records by index.
+                let timers = RunTimers::new(r, r.slot(&info.name, info.depth), e.timestamp());
                 // A context reused for a new call: the old state (if any) is dropped
                 // outside the lock and records its open segments as cancelled.
-                let _old = RunStates::reset(ctx, self.id, agent, RunTimers::new(r, e.timestamp()));
+                let _old = RunStates::reset(ctx, self.id, agent, timers);
             }
             HookEvent::ReasoningChunk(e) => {
                 let counts = match (self.config.ttft, e.chunk()) {
@@ -596,7 +402,8 @@ impl SyncHook for LatencyHook {
                         if !t.ttft_done {
                             t.ttft_done = true;
                             if let Some(start) = t.call {
-                                r.record(Segment::Ttft, None, Outcome::Ok, e.timestamp() - start);
+                                let elapsed = e.timestamp() - start;
+                                r.record(&t.agent, Segment::Ttft, None, Outcome::Ok, elapsed);
                             }
                         }
                     });
@@ -607,13 +414,15 @@ impl SyncHook for LatencyHook {
             }
             HookEvent::PostReasoning(e) => self.open(ctx, agent, |t| {
                 if let Some(start) = t.reasoning.take() {
-                    r.record(Segment::Reasoning, None, Outcome::Ok, e.timestamp() - start);
+                    let elapsed = e.timestamp() - start;
+                    r.record(&t.agent, Segment::Reasoning, None, Outcome::Ok, elapsed);
                 }
             }),
             HookEvent::PreSummary(e) => self.open(ctx, agent, |t| t.summary = Some(e.timestamp())),
             HookEvent::PostSummary(e) => self.open(ctx, agent, |t| {
                 if let Some(start) = t.summary.take() {
-                    r.record(Segment::Summary, None, Outcome::Ok, e.timestamp() - start);
+                    let elapsed = e.timestamp() - start;
+                    r.record(&t.agent, Segment::Summary, None, Outcome::Ok, elapsed);
                 }
             }),
             HookEvent::PreActing(e) => {
@@ -647,7 +456,8 @@ impl SyncHook for LatencyHook {
                         })
                     };
                     if let Some((start, name)) = started {
-                        r.record(Segment::Tool, Some(&name), outcome, e.timestamp() - start);
+                        let elapsed = e.timestamp() - start;
+                        r.record(&t.agent, Segment::Tool, Some(&name), outcome, elapsed);
                     }
                 });
             }
