@@ -273,8 +273,10 @@ struct Inner {
 /// All candidates (built-in and extra patterns) are resolved together, deterministically:
 /// the candidate that starts **leftmost** wins; among those starting at the same byte the
 /// **longest** wins; remaining ties go to built-in kinds (mobile, ID, card, e-mail) before extra
-/// patterns, and extra patterns in configuration order. Candidates overlapping an accepted one
-/// are dropped. So `user13800138000@x.com` is masked as one e-mail address.
+/// patterns, and extra patterns in configuration order. A candidate overlapping an accepted
+/// one extends it to the union of both ranges (the accepted kind is reported), so no part
+/// of a detected value is left in clear: `user13800138000@x.com` is masked as one e-mail
+/// address, and a card number written straight into an e-mail address masks both.
 ///
 /// # Streaming
 ///
@@ -420,15 +422,21 @@ impl SensitiveDataMasker {
                     .then(b.end.cmp(&a.end))
                     .then(a.kind.rank().cmp(&b.kind.rank()))
             });
-            let mut last_end = 0;
-            out.retain(|c| {
-                if c.start >= last_end {
-                    last_end = c.end;
-                    true
+            // A candidate overlapping an accepted one extends it: the masked range is
+            // the union, so no part of a detected value is ever left in clear (a card
+            // number running into an e-mail address masks both).
+            let mut kept: usize = 0;
+            for i in 0..out.len() {
+                if kept > 0 && out[i].start < out[kept - 1].end {
+                    let end = out[i].end;
+                    let prev = &mut out[kept - 1];
+                    prev.end = prev.end.max(end);
                 } else {
-                    false
+                    out.swap(kept, i);
+                    kept += 1;
                 }
-            });
+            }
+            out.truncate(kept);
         }
     }
 }

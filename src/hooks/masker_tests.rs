@@ -409,7 +409,7 @@ fn find_returns_nothing_for_clean_text() {
 }
 
 #[test]
-fn overlapping_candidates_resolve_leftmost_then_longest() {
+fn overlapping_candidates_merge_leftmost_first_so_no_part_of_a_match_stays_in_clear() {
     let m = SensitiveDataMasker::builder()
         .extra_pattern("order", r"ORDER-[0-9]+")
         .extra_pattern("tail", r"8000 trailing")
@@ -420,12 +420,16 @@ fn overlapping_candidates_resolve_leftmost_then_longest() {
         kinds(&m, "ORDER-13800138000"),
         vec![SensitiveKind::Custom("order".into())]
     );
-    // The mobile number starts first; the overlapping extra match is dropped.
+    // The mobile number starts first and is reported; the overlapping extra match
+    // extends it, so its tail is masked too.
     assert_eq!(
         kinds(&m, "13800138000 trailing"),
         vec![SensitiveKind::Mobile]
     );
-    assert_eq!(m.mask("13800138000 trailing"), "*** trailing");
+    assert_eq!(m.mask("13800138000 trailing"), "***");
+    // A card number written straight into an e-mail address: both masked.
+    let d = SensitiveDataMasker::default();
+    assert_eq!(d.mask("4111 1111 1111 1111-li.wei@example.com"), "***");
 }
 
 #[test]

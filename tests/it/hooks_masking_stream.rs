@@ -423,3 +423,57 @@ proptest! {
         prop_assert_eq!(exact, whole);
     }
 }
+
+#[test]
+fn a_card_number_running_into_an_email_never_leaks_the_address_at_any_carry_limit() {
+    let pieces = [
+        "，",
+        " ",
+        "+86 138 0013 8000",
+        "4111 1111 1111 1111",
+        "+86 138 0013 8000",
+        " ",
+        "，",
+        "a-b-c-d-e-f-g-h-i-j-k-l-m-n-o-p-q-",
+        "user13900139000@x.com",
+        "11010519491231002X",
+        " ",
+        "99999999999999999999999999999999",
+        " ",
+        "，",
+        "+86 138 0013 8000",
+        "a-b-c-d-e-f-g-h-i-j-k-l-m-n-o-p-q-",
+        "99999999999999999999999999999999",
+        "，",
+        "电话",
+        "，",
+        " ",
+        " ",
+        "a-b-c-d-e-f-g-h-i-j-k-l-m-n-o-p-q-",
+        "12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 ",
+        "4111 1111 1111 1111",
+        "-",
+        "li.wei@example.com",
+    ];
+    let m = SensitiveDataMasker::default();
+    let text: String = pieces.concat();
+    let whole = m.mask(&text).into_owned();
+    let mut bad = Vec::new();
+    for limit in [0usize, 1, 3, 8, 16, 64, 256] {
+        for size in [1usize, 3, 7, 14, 20, 39] {
+            let concat = stream_masked(&chunk(&text, &[size]), limit);
+            for p in PERSONAL {
+                if text.contains(p) && !whole.contains(p) && concat.contains(p) {
+                    bad.push((limit, size, p));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{bad:?}");
+    let concat = stream_masked(&chunk(&text, &[14]), 0);
+    if m.find(&whole).is_empty() {
+        assert!(m.find(&concat).is_empty(), "{concat:?}");
+    }
+    let exact = stream_masked(&chunk(&text, &[14]), text.len() + 1);
+    assert_eq!(exact, whole);
+}
