@@ -40,7 +40,7 @@ use crate::error::Error;
 use crate::hook::{ActingChunkEvent, EventKind, HookEvent, PostActingEvent, PreActingEvent};
 use crate::message::{Msg, ToolResult, ToolUse};
 use crate::observe::{Decision, DecisionKind};
-use crate::tool::{ProgressChunk, ToolContext};
+use crate::tool::{ProgressChunk, ToolContext, json_type};
 use crate::util::panic_message;
 
 /// How many `PreActing` passes a call may take before the hooks are considered not to
@@ -102,17 +102,6 @@ pub(crate) fn normalize_arguments(input: &mut Value) -> Result<bool, String> {
             "the arguments must be a JSON object, got {}",
             json_type(other)
         )),
-    }
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -18,6 +18,7 @@ mod function;
 mod toolkit;
 
 pub use function::FunctionTool;
+pub(crate) use toolkit::json_type;
 pub use toolkit::{Toolkit, ToolkitError};
 
 use std::fmt;

@@ -149,7 +149,8 @@ impl ToolEntry {
     }
 }
 
-fn json_type(v: &Value) -> &'static str {
+/// "a string", "an array", … for messages about a JSON value's type.
+pub(crate) fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

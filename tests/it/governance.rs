@@ -5,12 +5,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use rein::hooks::{
-    ApprovalConfig, ApprovalDecisions, ApprovalHook, ApprovalMode, pending_approvals,
-};
+use rein::hooks::{ApprovalDecisions, pending_approvals};
 use rein::*;
 use serde_json::{Value, json};
 
+use crate::hooks_approval::stop_for_human;
 use crate::support::*;
 
 /// A model that plays turns and numbers every tool call `call_0`, in every response
@@ -282,19 +281,6 @@ async fn reused_model_call_ids_get_runtime_ids_and_the_stored_session_reloads() 
         .call_with(vec![Msg::user("again")], session("s"))
         .await
         .unwrap();
-}
-
-fn stop_for_human() -> ApprovalHook {
-    ApprovalHook::new(
-        ApprovalConfig {
-            enabled: true,
-            guarded_tools: vec!["submitRefund".into()],
-            mode: ApprovalMode::StopForHuman,
-            ..ApprovalConfig::default()
-        },
-        None,
-    )
-    .unwrap()
 }
 
 #[tokio::test]

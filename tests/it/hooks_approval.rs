@@ -162,7 +162,8 @@ async fn an_agent_hook_timeout_does_not_cut_an_approval_short() {
     assert_eq!(log.entries(), [r#"refund:{"amount":20}"#]);
 }
 
-fn stop_for_human() -> ApprovalHook {
+/// An approval hook guarding `submitRefund` that stops for a human.
+pub fn stop_for_human() -> ApprovalHook {
     ApprovalHook::new(
         ApprovalConfig {
             enabled: true,
