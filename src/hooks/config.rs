@@ -15,6 +15,7 @@ use super::latency::{LatencyConfig, LatencyHook};
 use super::masker::{MaskerConfig, MaskerError};
 use super::masking::{MaskingConfig, MaskingHook};
 use super::self_correction::{SelfCorrectionConfig, SelfCorrectionHook};
+use super::template_leak::{TemplateLeakConfig, TemplateLeakHook};
 use super::tool_guard::{ToolGuardConfig, ToolGuardHook};
 use crate::agent::AgentBuilder;
 use crate::error::BuildError;
@@ -59,6 +60,8 @@ pub struct HooksConfig {
     pub dynamic_options: DynamicOptionsConfig,
     /// [`ApprovalHook`] (priority 100).
     pub approval: ApprovalConfig,
+    /// [`TemplateLeakHook`] (priority 190): leaked chat-template markup in a reply.
+    pub template_leak: TemplateLeakConfig,
 }
 
 /// What a configuration cannot express: the approver and a custom audit sink.
@@ -114,6 +117,7 @@ pub struct Hooks {
     latency: Option<Arc<LatencyHook>>,
     dynamic_options: Option<Arc<DynamicOptionsHook>>,
     approval: Option<Arc<ApprovalHook>>,
+    template_leak: Option<Arc<TemplateLeakHook>>,
     self_correction: Option<Arc<SelfCorrectionHook>>,
     audit: Option<Arc<AuditHook>>,
     masking: Option<Arc<MaskingHook>>,
@@ -135,6 +139,7 @@ impl Hooks {
             latency,
             dynamic_options,
             approval,
+            template_leak,
             self_correction,
             audit,
             masking
@@ -149,6 +154,7 @@ impl Hooks {
             self.latency.as_ref().map(|_| "LatencyHook"),
             self.dynamic_options.as_ref().map(|_| "DynamicOptionsHook"),
             self.approval.as_ref().map(|_| "ApprovalHook"),
+            self.template_leak.as_ref().map(|_| "TemplateLeakHook"),
             self.self_correction.as_ref().map(|_| "SelfCorrectionHook"),
             self.audit.as_ref().map(|_| "AuditHook"),
             self.masking.as_ref().map(|_| "MaskingHook"),
@@ -176,6 +182,11 @@ impl Hooks {
     /// The approval hook, if enabled.
     pub fn approval(&self) -> Option<&Arc<ApprovalHook>> {
         self.approval.as_ref()
+    }
+
+    /// The template-markup hook, if enabled.
+    pub fn template_leak(&self) -> Option<&Arc<TemplateLeakHook>> {
+        self.template_leak.as_ref()
     }
 
     /// The self-correction hook, if enabled.
@@ -265,6 +276,10 @@ impl HooksConfig {
                 .enabled
                 .then(|| Arc::new(dynamic_options)),
             approval: approval.map(Arc::new),
+            template_leak: self
+                .template_leak
+                .enabled
+                .then(|| Arc::new(TemplateLeakHook::new(self.template_leak.clone()))),
             self_correction: self
                 .self_correction
                 .enabled

@@ -68,6 +68,7 @@ mod masking;
 mod phrases;
 mod self_correction;
 mod state;
+mod template_leak;
 mod tool_guard;
 
 pub use approval::{
@@ -95,6 +96,7 @@ pub use self_correction::{
     CorrectionRole, FLAG_CORRECTED, FLAG_CORRECTION_EXHAUSTED, SelfCorrectionConfig,
     SelfCorrectionHook,
 };
+pub use template_leak::{FLAG_TEMPLATE_STRIPPED, TemplateLeakConfig, TemplateLeakHook};
 pub use tool_guard::{
     CapBounds, CapSpec, StringNumbers, ToolGuardConfig, ToolGuardHook, ToolRules,
 };

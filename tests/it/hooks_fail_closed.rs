@@ -304,3 +304,53 @@ fn hooks_config_reference_names_every_key_and_builds_on_the_refund_agent() {
         .build()
         .unwrap();
 }
+
+mod template_leak {
+    use rein::hooks::{FLAG_TEMPLATE_STRIPPED, HooksConfig};
+    use rein::*;
+
+    use crate::support::*;
+
+    fn agent(model: &ScriptedModel) -> Agent {
+        let config: HooksConfig =
+            serde_yaml_ng::from_str("template_leak: {enabled: true, max_redos: 1}").unwrap();
+        config
+            .build()
+            .unwrap()
+            .install(builder(model))
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_reply_with_leaked_template_markup_is_asked_again_and_never_shown() {
+        let model = ScriptedModel::new([
+            ScriptedTurn::text("<tool_call>{\"name\": \"refund\"}</tool_call>"),
+            ScriptedTurn::text("I have filed your refund request for review."),
+        ]);
+        let reply = agent(&model).call(Msg::user("refund?")).await.unwrap();
+        assert_eq!(reply.text(), "I have filed your refund request for review.");
+        let second = &model.requests()[1].messages;
+        assert!(
+            second
+                .iter()
+                .any(|m| m.text().contains("chat-template markup"))
+        );
+    }
+
+    #[tokio::test]
+    async fn when_the_redo_budget_is_used_up_the_markup_is_stripped_and_flagged() {
+        let model = ScriptedModel::new([
+            ScriptedTurn::text("<|im_start|>assistant hello"),
+            ScriptedTurn::text("<|im_start|>assistant hello again<|im_end|>"),
+        ]);
+        let reply = agent(&model).call(Msg::user("hi")).await.unwrap();
+        assert_eq!(reply.text(), "assistant hello again");
+        assert!(
+            serde_json::to_string(&reply.metadata)
+                .unwrap()
+                .contains(FLAG_TEMPLATE_STRIPPED)
+        );
+        assert_eq!(model.requests().len(), 2, "one redo, then stripped");
+    }
+}
