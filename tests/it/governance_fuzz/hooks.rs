@@ -48,6 +48,8 @@ pub struct Obs {
     pub child_runs: Vec<(String, String)>,
     /// (agent id, call ids) of every turn stopped for a human.
     pub stopped_for_human: Vec<(String, Vec<String>)>,
+    /// (agent id, run id) of each `stopped_for_human` entry, by index.
+    pub stopped_runs: Vec<(String, String)>,
     /// Tool calls the model emitted.
     pub emitted: usize,
     /// Ids the model put on the wire.
@@ -71,6 +73,7 @@ pub fn interest_of(kind: &Kind) -> Interest {
             EventKind::PreCall,
             EventKind::PreActing,
             EventKind::PostReasoning,
+            EventKind::Error,
         ]),
         Kind::DenyTool(_)
         | Kind::DenyArg
@@ -154,7 +157,21 @@ impl Gov {
                 {
                     let ids = ids.iter().filter_map(|v| v.as_str().map(str::to_owned));
                     let rec = (e.agent().id.clone(), ids.collect());
-                    self.obs.lock().unwrap().stopped_for_human.push(rec);
+                    let run = (e.agent().id.clone(), e.context().run_id().to_owned());
+                    let mut obs = self.obs.lock().unwrap();
+                    obs.stopped_for_human.push(rec);
+                    obs.stopped_runs.push(run);
+                }
+            }
+            // A call that stopped for a human and then failed (an aborting hook at
+            // `PostCall`) abandons its waiting calls: they are marked not executed, and
+            // nothing waits any more.
+            (Kind::Probe, HookEvent::Error(e)) => {
+                let run = (e.agent().id.clone(), e.context().run_id().to_owned());
+                let mut obs = self.obs.lock().unwrap();
+                if let Some(i) = obs.stopped_runs.iter().position(|r| *r == run) {
+                    obs.stopped_runs.remove(i);
+                    obs.stopped_for_human.remove(i);
                 }
             }
             (Kind::DenyTool(t), HookEvent::PreActing(e)) if e.tool_use().name == *t => {
