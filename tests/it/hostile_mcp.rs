@@ -20,7 +20,13 @@ fn hostile(mode: &str) -> Option<McpServerConfig> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !node {
-        eprintln!("skipping: `node` is not installed (the hostile MCP server is a Node script)");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true and `node` is missing: the hostile MCP server is a Node script"
+        );
+        eprintln!(
+            "SKIPPED (not under CI): `node` is not installed (the hostile MCP server is a Node script)"
+        );
         return None;
     }
     Some(McpServerConfig::stdio("node").args([SCRIPT, mode]))
