@@ -42,9 +42,11 @@
 //! process.
 
 mod acting;
+mod assemble;
 mod builder;
 mod context;
 mod file_store;
+mod input;
 mod memory;
 mod run;
 mod store;

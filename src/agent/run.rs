@@ -5,10 +5,12 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::{FutureExt, StreamExt};
-use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender as EventSender;
 
 use super::acting::Acted;
+use super::assemble::{
+    PartialCall, announce_call, apply_chunk, forward_chunk, swap_back, swap_chunk,
+};
 use super::memory::{CallMemory, Persistence, SessionKey};
 use super::stream::AgentEvent;
 use super::{AgentInner, CallOutcome, RunContext, StopReason};
@@ -18,12 +20,12 @@ use crate::hook::{
     PostSummaryEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent, ReasoningChunkEvent,
     SummaryChunkEvent,
 };
-use crate::message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
+use crate::message::{ContentBlock, Msg, Role, ToolResult, ToolUse};
 use crate::model::{
     FinishReason, Messages, ModelChunk, ModelError, ModelErrorKind, ModelRequest, Usage,
 };
 use crate::observe::{Decision, TrailMode};
-use crate::util::{new_id, panic_message};
+use crate::util::panic_message;
 use tracing::Instrument;
 use tracing::field::Empty;
 
@@ -39,7 +41,7 @@ const SUMMARY_INSTRUCTION: &str = "You have failed to generate a response within
 const REDONE: &str = "not executed: reasoning was redone";
 
 /// Result text for pending tool uses superseded by new input.
-const SUPERSEDED: &str =
+pub(super) const SUPERSEDED: &str =
     "not executed: the conversation continued with new input before this tool ran";
 
 pub(super) type Sink = EventSender<AgentEvent>;
@@ -426,84 +428,6 @@ impl Call<'_> {
         }
     }
 
-    /// Adds the call's input to memory, reconciling it with tool uses left pending by
-    /// an earlier call. Returns the tool uses to run before reasoning (resume).
-    fn admit_input(
-        &self,
-        memory: &mut CallMemory,
-        input: Vec<Msg>,
-    ) -> Result<Option<Vec<ToolUse>>, Error> {
-        let pending = memory.pending_tool_uses();
-        let pending_ids: HashSet<&str> = pending.iter().map(|u| u.id.as_str()).collect();
-        let exchanges = check_input_exchanges(memory.messages(), &pending_ids, &input)?;
-        let mut supplied: HashSet<String> = HashSet::new();
-        for (i, msg) in input.iter().enumerate() {
-            for r in msg.tool_results() {
-                if exchanges.contains(r.id.as_str()) {
-                    continue;
-                }
-                if !pending_ids.contains(r.id.as_str()) {
-                    return Err(Error::invalid_input(format!(
-                        "call input message {i} has a result for tool call `{}` ({}), which is not pending",
-                        r.id, r.name
-                    )));
-                }
-                if !supplied.insert(r.id.clone()) {
-                    return Err(Error::invalid_input(format!(
-                        "call input has two results for tool call `{}`",
-                        r.id
-                    )));
-                }
-            }
-        }
-        if pending.is_empty() {
-            for m in input {
-                memory.push(m);
-            }
-            return Ok(None);
-        }
-        if input.is_empty() {
-            return Ok(Some(pending));
-        }
-        let only_results = input.iter().all(|m| {
-            m.content
-                .iter()
-                .all(|b| matches!(b, ContentBlock::ToolResult(_)))
-        });
-        if only_results {
-            for m in input {
-                memory.push(m);
-            }
-            let rest: Vec<ToolUse> = pending
-                .into_iter()
-                .filter(|u| !supplied.contains(&u.id))
-                .collect();
-            return Ok((!rest.is_empty()).then_some(rest));
-        }
-        // New input while tools are pending: results supplied alongside are kept, the
-        // rest are marked as not executed, then the input is appended.
-        let mut results = Vec::new();
-        let mut others = Vec::new();
-        for mut m in input {
-            let (r, o): (Vec<ContentBlock>, Vec<ContentBlock>) = m.content.into_iter().partition(
-                |b| matches!(b, ContentBlock::ToolResult(r) if supplied.contains(&r.id)),
-            );
-            results.extend(r);
-            if !o.is_empty() {
-                m.content = o;
-                others.push(m);
-            }
-        }
-        if !results.is_empty() {
-            memory.push(Msg::new(Role::Tool, results));
-        }
-        memory.repair(SUPERSEDED);
-        for m in others {
-            memory.push(m);
-        }
-        Ok(None)
-    }
-
     /// `PreReasoning`, then one model call.
     async fn reason(&mut self, memory: &CallMemory, iteration: u32) -> Result<Msg, Error> {
         let agent = self.agent;
@@ -820,214 +744,5 @@ impl Call<'_> {
         self.usage.add(usage);
         self.last_usage = usage;
         Ok((msg, finish))
-    }
-}
-
-/// Moves the chunk and the accumulated message into the chunk event.
-fn swap_chunk(ev: &mut HookEvent, chunk: ModelChunk, msg: &mut Msg) {
-    match ev {
-        HookEvent::ReasoningChunk(e) => {
-            e.chunk = chunk;
-            std::mem::swap(&mut e.accumulated, msg);
-        }
-        HookEvent::SummaryChunk(e) => {
-            e.chunk = chunk;
-            std::mem::swap(&mut e.accumulated, msg);
-        }
-        _ => {}
-    }
-}
-
-/// Takes the accumulated message back out of the chunk event.
-fn swap_back(ev: &mut HookEvent, msg: &mut Msg) {
-    match ev {
-        HookEvent::ReasoningChunk(e) => std::mem::swap(&mut e.accumulated, msg),
-        HookEvent::SummaryChunk(e) => std::mem::swap(&mut e.accumulated, msg),
-        _ => {}
-    }
-}
-
-/// Checks the tool exchanges a call's input carries itself (an imported assistant
-/// message with its tool uses and their results): the input, less the results for
-/// tool uses pending in memory, must be a valid history in which every tool use has
-/// its result, with ids not used in memory. Returns the ids of those exchanges.
-///
-/// So memory stays valid: a tool use without a result would be followed by the
-/// model's next turn, and the session would no longer load.
-fn check_input_exchanges(
-    memory: &[Msg],
-    pending: &HashSet<&str>,
-    input: &[Msg],
-) -> Result<HashSet<String>, Error> {
-    let mut ids: HashSet<String> = HashSet::new();
-    for m in input {
-        for u in m.tool_uses() {
-            ids.insert(u.id.clone());
-        }
-    }
-    if ids.is_empty() {
-        return Ok(ids);
-    }
-    let rest: Vec<Msg> = input
-        .iter()
-        .map(|m| {
-            let mut m = m.clone();
-            m.content.retain(
-                |b| !matches!(b, ContentBlock::ToolResult(r) if pending.contains(r.id.as_str())),
-            );
-            m
-        })
-        .filter(|m| !m.content.is_empty())
-        .collect();
-    super::memory::check_history(&rest)
-        .map_err(|e| Error::invalid_input(format!("call input is not a valid history: {e}")))?;
-    if let Some(u) = super::memory::pending_tool_uses(&rest).first() {
-        return Err(Error::invalid_input(format!(
-            "call input has tool call `{}` ({}) without a result; give every tool call in \
-             the input its result (pending calls are resumed with an empty input instead)",
-            u.id, u.name
-        )));
-    }
-    for m in memory {
-        for u in m.tool_uses() {
-            if ids.contains(u.id.as_str()) {
-                return Err(Error::invalid_input(format!(
-                    "call input repeats tool call id `{}`, already used in this conversation",
-                    u.id
-                )));
-            }
-        }
-    }
-    Ok(ids)
-}
-
-/// A tool call being reassembled from fragments.
-///
-/// Its id is the runtime's, assigned when the call's first fragment arrives: ids that
-/// models send are not trusted to be unique (several OpenAI-compatible servers number
-/// calls `call_0` in every response), and a conversation, an approval decision and a
-/// stored session all rely on an id naming exactly one call. The provider's id is only
-/// meaningful inside the response that carried it (to group fragments, which the
-/// fragment index already does).
-struct PartialCall {
-    index: usize,
-    id: String,
-    name: String,
-    arguments: String,
-}
-
-impl PartialCall {
-    fn new(index: usize) -> Self {
-        Self {
-            index,
-            id: new_id("call"),
-            name: String::new(),
-            arguments: String::new(),
-        }
-    }
-
-    /// The finished tool use. Arguments are decoded once here; a JSON string holding a
-    /// JSON object (double-encoded arguments) becomes that object. Anything that is not
-    /// an object is kept as the model sent it (raw text as a JSON string) and is refused
-    /// before any hook or tool sees it (see [`super::acting`]).
-    fn finish(self) -> ToolUse {
-        let mut input = if self.arguments.trim().is_empty() {
-            Value::Object(Default::default())
-        } else {
-            serde_json::from_str(&self.arguments).unwrap_or(Value::String(self.arguments))
-        };
-        // Not an object: kept for the record; admission refuses the call.
-        let _ = super::acting::normalize_arguments(&mut input);
-        ToolUse {
-            id: self.id,
-            name: self.name,
-            input,
-        }
-    }
-}
-
-fn apply_chunk(msg: &mut Msg, calls: &mut Vec<PartialCall>, usage: &mut Usage, chunk: &ModelChunk) {
-    match chunk {
-        ModelChunk::Text(t) => match msg.content.last_mut() {
-            Some(ContentBlock::Text(s)) => s.push_str(t),
-            _ => msg.content.push(ContentBlock::Text(t.clone())),
-        },
-        ModelChunk::Thinking(t) => match msg.content.last_mut() {
-            Some(ContentBlock::Thinking(th)) => th.text.push_str(t),
-            _ => msg.content.push(ContentBlock::Thinking(Thinking {
-                text: t.clone(),
-                signature: None,
-            })),
-        },
-        ModelChunk::ThinkingSignature(sig) => {
-            if let Some(ContentBlock::Thinking(th)) = msg
-                .content
-                .iter_mut()
-                .rev()
-                .find(|b| matches!(b, ContentBlock::Thinking(_)))
-            {
-                th.signature = Some(sig.clone());
-            } else {
-                msg.content.push(ContentBlock::Thinking(Thinking {
-                    text: String::new(),
-                    signature: Some(sig.clone()),
-                }));
-            }
-        }
-        ModelChunk::ToolCall {
-            index,
-            name,
-            arguments,
-            ..
-        } => {
-            let pos = match calls.iter().position(|c| c.index == *index) {
-                Some(p) => p,
-                None => {
-                    calls.push(PartialCall::new(*index));
-                    calls.len() - 1
-                }
-            };
-            let call = &mut calls[pos];
-            if let Some(name) = name {
-                call.name.push_str(name);
-            }
-            call.arguments.push_str(arguments);
-        }
-        ModelChunk::Usage(u) => {
-            if u.input_tokens > 0 {
-                usage.input_tokens = u.input_tokens;
-            }
-            if u.output_tokens > 0 {
-                usage.output_tokens = u.output_tokens;
-            }
-        }
-        ModelChunk::Finish(_) => {}
-    }
-}
-
-/// Forwards a chunk to a streaming caller. Called before the chunk is applied, so
-/// `calls` tells whether a tool-call index is new; `next_id` is the id the call will get.
-fn forward_chunk(sink: &Sink, chunk: &ModelChunk, calls: &[PartialCall]) -> Option<usize> {
-    let event = match chunk {
-        ModelChunk::Text(t) => AgentEvent::TextDelta(t.clone()),
-        ModelChunk::Thinking(t) => AgentEvent::ThinkingDelta(t.clone()),
-        ModelChunk::ToolCall {
-            index,
-            name: Some(_),
-            ..
-        } if !calls.iter().any(|c| c.index == *index) => return Some(*index),
-        _ => return None,
-    };
-    let _ = sink.send(event);
-    None
-}
-
-/// Announces a tool call whose first fragment (with its name) was just applied.
-fn announce_call(sink: &Sink, calls: &[PartialCall], index: usize) {
-    if let Some(c) = calls.iter().find(|c| c.index == index) {
-        let _ = sink.send(AgentEvent::ToolCallStart {
-            id: c.id.clone(),
-            name: c.name.clone(),
-        });
     }
 }
