@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::agent::{AgentInfo, RunContext};
+use crate::context::{AgentInfo, RunContext};
 use crate::error::{BuildError, Error};
+use crate::hook::TrailMode;
 use crate::hook::{EventKind, EventMeta, HookChain, HookEvent, IntoHook, PreActingEvent};
 use crate::message::ToolUse;
-use crate::observe::TrailMode;
 
 /// A built hook chain with a ready event header, dispatching the way the loop does.
 pub struct DispatchProbe {

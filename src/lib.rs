@@ -89,6 +89,7 @@
 pub mod agent;
 #[doc(hidden)]
 pub mod bench_support;
+mod context;
 mod error;
 pub mod hook;
 pub mod hooks;
@@ -96,6 +97,7 @@ pub mod mcp;
 mod message;
 pub mod model;
 pub mod observe;
+mod strict;
 pub mod subagent;
 pub mod tool;
 mod util;
@@ -113,6 +115,7 @@ pub use hook::{
     PostSummaryEvent, PreActingEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent,
     ReasoningChunkEvent, SummaryChunkEvent, SyncHook,
 };
+pub use hook::{Decision, DecisionKind};
 pub use message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
 #[cfg(feature = "anthropic")]
 pub use model::{AnthropicModel, AnthropicModelBuilder};
@@ -124,7 +127,6 @@ pub use model::{
 pub use model::{HttpConfig, RetryPolicy};
 #[cfg(feature = "openai")]
 pub use model::{OpenAiChatModel, OpenAiChatModelBuilder};
-pub use observe::{Decision, DecisionKind};
 pub use subagent::{
     GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentDeclarationBuilder,
     SubagentFactory,

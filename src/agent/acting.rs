@@ -36,10 +36,12 @@ use tracing::field::Empty;
 use super::memory::CallMemory;
 use super::run::{Call, emit};
 use super::stream::AgentEvent;
+use crate::context::EventSink;
 use crate::error::Error;
-use crate::hook::{ActingChunkEvent, EventKind, HookEvent, PostActingEvent, PreActingEvent};
+use crate::hook::{
+    ActingChunkEvent, Decision, DecisionKind, EventKind, HookEvent, PostActingEvent, PreActingEvent,
+};
 use crate::message::{Msg, ToolResult, ToolUse};
-use crate::observe::{Decision, DecisionKind};
 use crate::tool::{ProgressChunk, ToolContext, json_type};
 use crate::util::panic_message;
 
@@ -356,7 +358,7 @@ impl Call<'_> {
             agent_id: self.agent.info.id.clone(),
             tool_call_id: Some(tool_call_id.to_owned()),
         };
-        crate::observe::emit_decision(&d);
+        crate::hook::emit_decision(&d);
         self.trail
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -568,7 +570,12 @@ impl Call<'_> {
             tool_use_id: id.clone(),
             index,
             progress,
-            events: self.sink.cloned(),
+            // Only a delegating tool reads the sink: erased once per call, and only
+            // on agents that delegate while a caller streams.
+            events: self
+                .sink
+                .filter(|_| self.agent.delegation.is_some())
+                .map(|s| EventSink::new(s.clone())),
             suspend,
         };
         let limit = entry.tool.timeout().unwrap_or(self.agent.tool_timeout);

@@ -9,14 +9,14 @@ use super::memory::Sessions;
 use super::{Agent, AgentInfo, AgentInner, Limits, SessionStore, StreamRelease};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::hook::{HookChain, HookRegistry, HookSite, IntoHook, RegisteredHook};
-use crate::mcp::McpServerConfig;
 use crate::model::{GenerateOptions, Model};
-use crate::subagent::spec::ToolsPolicy;
 use crate::subagent::{
     ChildBinding, Delegation, HookToolFilter, ModelResolver, Registry, SPAWN_TOOL, SpawnTool,
-    SubagentDeclaration, SubagentFactory, Template, check_allowlist, load_policy,
+    SubagentDeclaration, SubagentFactory, Template,
 };
 use crate::tool::Toolkit;
+use crate::tool::mcp_config::McpServerConfig;
+use crate::tool::policy::{Bound, ToolsPolicy, check_allowlist, load_policy};
 use crate::util::new_id;
 
 /// Builds an [`Agent`]. Cloning a builder and building twice gives agents with
@@ -754,24 +754,4 @@ fn check_no_mcp(
         )
     };
     Err(BuildError::new(BuildErrorKind::Mcp, message))
-}
-
-/// The narrowing applied to an agent's tools.
-struct Bound<'a> {
-    /// The declaration's allowlist (empty: no allowlist).
-    allow: &'a [String],
-    policy: Option<&'a ToolsPolicy>,
-    /// The child's own isolated workspace policy (children only).
-    own_policy: Option<&'a ToolsPolicy>,
-    /// The parent's callable tools (children only).
-    callable: Option<&'a HashSet<String>>,
-}
-
-impl Bound<'_> {
-    fn permits(&self, name: &str) -> bool {
-        (self.allow.is_empty() || self.allow.iter().any(|a| a == name))
-            && self.policy.is_none_or(|p| p.permits(name, SPAWN_TOOL))
-            && self.own_policy.is_none_or(|p| p.permits(name, SPAWN_TOOL))
-            && self.callable.is_none_or(|c| c.contains(name))
-    }
 }

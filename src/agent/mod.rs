@@ -44,7 +44,6 @@
 mod acting;
 mod assemble;
 mod builder;
-mod context;
 mod file_store;
 mod input;
 mod memory;
@@ -54,8 +53,8 @@ mod stream;
 
 pub use builder::AgentBuilder;
 
+pub use crate::context::{AgentInfo, Extensions, RunContext, StopReason};
 pub use acting::MAX_PRE_ACTING_PASSES;
-pub use context::{AgentInfo, Extensions, RunContext};
 pub use file_store::FileSessionStore;
 pub use memory::SessionKey;
 pub use store::{InMemorySessionStore, SessionStore, StoreError, StoreErrorKind, StoredSession};
@@ -67,35 +66,14 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
+use crate::hook::Decision;
 use crate::hook::HookChain;
 use crate::message::Msg;
 use crate::model::{GenerateOptions, Model, Usage};
-use crate::observe::Decision;
 use crate::subagent::Delegation;
 use crate::tool::{ToolSchema, Toolkit};
 use memory::Sessions;
-
-/// Why a call's loop ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum StopReason {
-    /// The model answered with text and no tool call.
-    Final,
-    /// A `PostReasoning` hook called `stop_agent()`; the reply's tool uses are pending.
-    ReasoningStopped,
-    /// A `PostActing` hook called `stop_agent()`; the reply is the turn's tool message.
-    ActingStopped,
-    /// `max_iters` was reached; the reply is the summary.
-    MaxIterations,
-    /// A subagent stopped with tool calls waiting (for a human's approval): the
-    /// delegation call that reached it is pending in this agent's session, and the
-    /// reply — the turn's assistant message — lists every waiting call of the
-    /// delegation tree under [`PENDING_CALLS_KEY`] (with [`PENDING_CALL_IDS_KEY`]).
-    /// Resume with an empty input and the decisions in the run context: they reach the
-    /// subagent that waits, which runs the approved calls once and continues.
-    SubagentStopped,
-}
 
 /// Metadata key on a stopped reply: the ids of the tool calls waiting for a decision,
 /// anywhere in the delegation tree (a JSON array of strings).
@@ -350,5 +328,19 @@ impl Agent {
             delegation.forget_children(key);
         }
         self.inner.sessions.remove(key)
+    }
+}
+
+/// The call error's store-specific parts live with the store types (the error module
+/// sits below this layer and does not name them).
+impl Error {
+    pub(crate) fn store(err: StoreError) -> Self {
+        Error::with_source(ErrorKind::Store, err.to_string(), Box::new(err))
+    }
+
+    /// The store error, for [`ErrorKind::Store`].
+    pub fn store_error(&self) -> Option<&StoreError> {
+        self.source_ref()
+            .and_then(|e| e.downcast_ref::<StoreError>())
     }
 }

@@ -15,6 +15,7 @@ use super::memory::{CallMemory, Persistence, SessionKey};
 use super::stream::AgentEvent;
 use super::{AgentInner, CallOutcome, RunContext, StopReason};
 use crate::error::Error;
+use crate::hook::{Decision, TrailMode};
 use crate::hook::{
     ErrorEvent, EventKind, EventMeta, HookEvent, PostCallEvent, PostReasoningEvent,
     PostSummaryEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent, ReasoningChunkEvent,
@@ -24,7 +25,6 @@ use crate::message::{ContentBlock, Msg, Role, ToolResult, ToolUse};
 use crate::model::{
     FinishReason, Messages, ModelChunk, ModelError, ModelErrorKind, ModelRequest, Usage,
 };
-use crate::observe::{Decision, TrailMode};
 use crate::util::panic_message;
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -288,7 +288,7 @@ impl Call<'_> {
             let made = std::mem::take(&mut event.meta_mut().trail);
             if !made.is_empty() {
                 for d in &made {
-                    crate::observe::emit_decision(d);
+                    crate::hook::emit_decision(d);
                 }
                 self.trail
                     .lock()

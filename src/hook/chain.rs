@@ -258,7 +258,7 @@ impl HookChain {
         let kind = event.kind();
         let entry = &self.entries[usize::from(list[at])];
         #[cfg(feature = "metrics")]
-        crate::observe::metrics_impl::hook_error(&entry.name, kind.as_str());
+        super::decision::hook_error_metric(&entry.name, kind.as_str());
         if kind.is_notification() || entry.policy == FailurePolicy::Ignore {
             tracing::warn!(
                 hook = &*entry.name,
@@ -299,9 +299,9 @@ impl HookChain {
             event.meta_mut().current = Some(list[at]);
             let fut = entry.hook().on_event_erased(event);
             let outcome = match entry.timeout {
-                None => fut.await.map_err(HookFailure::Error),
+                None => fut.await.map_err(HookFailure::error),
                 Some(limit) => match tokio::time::timeout(limit, fut).await {
-                    Ok(outcome) => outcome.map_err(HookFailure::Error),
+                    Ok(outcome) => outcome.map_err(HookFailure::error),
                     Err(_) => Err(HookFailure::Timeout(limit)),
                 },
             };
@@ -322,7 +322,7 @@ impl HookChain {
             }
             event.meta_mut().current = Some(i);
             if let Err(e) = entry.hook().on_event_sync(event) {
-                return SyncRun::Failed(at, HookFailure::Error(e));
+                return SyncRun::Failed(at, HookFailure::error(e));
             }
         }
         SyncRun::Done

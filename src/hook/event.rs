@@ -4,11 +4,11 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::time::Instant;
 
-use crate::agent::{AgentInfo, RunContext, StopReason};
+use super::decision::{Decision, DecisionKind, TrailMode, digest};
+use crate::context::{AgentInfo, RunContext, StopReason};
 use crate::error::Error;
 use crate::message::{Msg, Role, ToolResult, ToolUse};
 use crate::model::{GenerateOptions, Messages, ModelChunk, Usage};
-use crate::observe::{Decision, DecisionKind, TrailMode, digest};
 
 use super::EventKind;
 

@@ -25,7 +25,9 @@ use crate::error::{BuildError, BuildErrorKind};
 use crate::hook::RegisteredHook;
 use crate::message::Msg;
 use crate::model::{GenerateOptions, Model};
+use crate::tool::policy::{check_allowlist, load_policy};
 use crate::tool::{Tool, ToolContext, ToolError, ToolSchema, Toolkit};
+use tokio::sync::mpsc::UnboundedSender;
 
 /// A predicate over hook-contributed tool names.
 pub(crate) type HookToolFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -441,22 +443,6 @@ fn child_session(id: &str, parent_session: &str) -> String {
     format!("{id}@{parent_session}")
 }
 
-pub(crate) fn check_allowlist(
-    id: &str,
-    allow: &[String],
-    callable: &HashSet<String>,
-) -> Result<(), BuildError> {
-    if let Some(tool) = allow.iter().find(|t| !callable.contains(t.as_str())) {
-        return Err(BuildError::new(
-            BuildErrorKind::InvalidDeclaration,
-            format!(
-                "subagent `{id}`: its allowlist names tool `{tool}`, which its parent cannot call"
-            ),
-        ));
-    }
-    Ok(())
-}
-
 const SPAWN_DESCRIPTION: &str = "Delegate a self-contained task to a subagent and wait for its \
      reply. Give `agent_id` (one of the subagents below) and `task` (everything the subagent \
      needs to know; it does not see this conversation). Optional `timeout_seconds` cancels the \
@@ -496,7 +482,11 @@ impl SpawnTool {
         };
         let path = format!("{}/{id}", self.delegation.template.path);
         let run = async {
-            match ctx.events.clone() {
+            match ctx
+                .events
+                .as_ref()
+                .and_then(|s| s.get::<UnboundedSender<AgentEvent>>())
+            {
                 None => child.run_internal(input, child_ctx, None).await,
                 Some(parent_tx) => {
                     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -617,31 +607,4 @@ impl Tool for SpawnTool {
     fn call(&self, input: Value, ctx: ToolContext) -> BoxFuture<'_, Result<String, ToolError>> {
         Box::pin(self.spawn(input, ctx))
     }
-}
-
-/// Loads the workspace policy (fails closed) for an agent's builder.
-///
-/// The workspace must be an existing directory (a mistyped path never means "no policy
-/// and no subagents"); inside it, only a `tools.json` with no directory entry at all
-/// means "no policy" (see [`ToolsPolicy::load`]).
-pub(crate) fn load_policy(workspace: &Path) -> Result<Option<Arc<ToolsPolicy>>, BuildError> {
-    match std::fs::metadata(workspace) {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => {
-            return Err(BuildError::workspace(SpecError::missing(
-                workspace,
-                "the workspace is not a directory",
-            )));
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(BuildError::workspace(SpecError::missing(
-                workspace,
-                "the workspace directory does not exist",
-            )));
-        }
-        Err(e) => return Err(BuildError::workspace(SpecError::io(workspace, &e))),
-    }
-    ToolsPolicy::load(&workspace.join("tools.json"))
-        .map(|p| p.map(Arc::new))
-        .map_err(BuildError::workspace)
 }

@@ -71,9 +71,7 @@ pub mod spec;
 #[cfg(test)]
 mod spec_tests;
 
-pub(crate) use delegate::{
-    ChildBinding, Delegation, HookToolFilter, SpawnTool, Template, check_allowlist, load_policy,
-};
+pub(crate) use delegate::{ChildBinding, Delegation, HookToolFilter, SpawnTool, Template};
 pub(crate) use registry::Registry;
 
 use std::fmt;
@@ -86,7 +84,7 @@ use crate::hook::{IntoHook, RegisteredHook};
 use crate::model::Model;
 
 /// The delegation tool's name.
-pub const SPAWN_TOOL: &str = "agent_spawn";
+pub const SPAWN_TOOL: &str = crate::tool::policy::DELEGATION_TOOL;
 
 /// The built-in general-purpose subagent's id.
 pub const GENERAL_PURPOSE: &str = "general-purpose";

@@ -15,6 +15,8 @@
 //! calls after it wait).
 
 mod function;
+pub(crate) mod mcp_config;
+pub(crate) mod policy;
 mod toolkit;
 
 pub use function::FunctionTool;
@@ -28,9 +30,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::mpsc::UnboundedSender;
 
-use crate::agent::{AgentInfo, RunContext};
+use crate::context::{AgentInfo, EventSink, RunContext};
 
 /// A tool's description as offered to the model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -119,7 +120,7 @@ pub struct ToolContext {
     pub(crate) index: usize,
     pub(crate) progress: Option<futures::channel::mpsc::UnboundedSender<ProgressChunk>>,
     /// The streaming caller's sink, for forwarding subagent events.
-    pub(crate) events: Option<UnboundedSender<crate::agent::AgentEvent>>,
+    pub(crate) events: Option<EventSink>,
     /// Where a delegating tool leaves the calls its subagent stopped on (present only
     /// on agents that delegate): the call is then suspended instead of answered.
     pub(crate) suspend: Option<Arc<std::sync::Mutex<Option<Vec<serde_json::Value>>>>>,

@@ -27,9 +27,9 @@ use super::masker::SensitiveDataMasker;
 use super::msg_flags;
 use super::state::{RunStates, next_instance_id};
 use crate::agent::StopReason;
+use crate::hook::DecisionKind;
 use crate::hook::{EventKind, FailurePolicy, Hook, HookError, HookEvent, Interest, PreActingEvent};
 use crate::message::ToolUse;
-use crate::observe::DecisionKind;
 use pipeline::Pipeline;
 use record::WallClock;
 

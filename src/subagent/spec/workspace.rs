@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::de::{self, MapAccess, Unexpected};
 
-use super::{Check, Rule, Site, SpecErrorKind, Text, key_check};
+use crate::strict::{Check, Rule, Site, SpecErrorKind, Text, key_check};
 use crate::subagent::{SubagentWorkspace, WorkspaceMode};
 
 const WORKSPACE_KEYS: &[&str] = &["mode", "path"];

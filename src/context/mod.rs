@@ -1,0 +1,61 @@
+//! The bottom layer every other layer shares: who runs ([`AgentInfo`]), the per-call
+//! context ([`RunContext`], [`Extensions`]), why a loop ended ([`StopReason`]) and the
+//! lifecycle event kinds ([`EventKind`]).
+//!
+//! These are plain values with no behaviour of the loop, so `tool`, `model`, `hook` and
+//! `agent` can all name them without importing each other. Their public paths are the
+//! crate root and `rein::agent` (and `rein::hook::EventKind`); this module is private.
+
+mod kind;
+mod run;
+
+pub use kind::EventKind;
+pub use run::{AgentInfo, Extensions, RunContext};
+
+use std::any::Any;
+use std::sync::Arc;
+
+/// Why a call's loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The model answered with text and no tool call.
+    Final,
+    /// A `PostReasoning` hook called `stop_agent()`; the reply's tool uses are pending.
+    ReasoningStopped,
+    /// A `PostActing` hook called `stop_agent()`; the reply is the turn's tool message.
+    ActingStopped,
+    /// `max_iters` was reached; the reply is the summary.
+    MaxIterations,
+    /// A subagent stopped with tool calls waiting (for a human's approval): the
+    /// delegation call that reached it is pending in this agent's session, and the
+    /// reply — the turn's assistant message — lists every waiting call of the
+    /// delegation tree under [`PENDING_CALLS_KEY`](crate::agent::PENDING_CALLS_KEY) (with [`PENDING_CALL_IDS_KEY`](crate::agent::PENDING_CALL_IDS_KEY)).
+    /// Resume with an empty input and the decisions in the run context: they reach the
+    /// subagent that waits, which runs the approved calls once and continues.
+    SubagentStopped,
+}
+
+/// The streaming caller's event sink, opaque below the agent layer: a tool that
+/// delegates (the `agent_spawn` tool) forwards its subagent's events through it. Set
+/// only on agents that delegate, while a caller streams.
+#[derive(Clone)]
+pub(crate) struct EventSink(Arc<dyn Any + Send + Sync>);
+
+impl EventSink {
+    /// Wraps a sink (the agent layer's event sender).
+    pub(crate) fn new<T: Any + Send + Sync>(sink: T) -> Self {
+        Self(Arc::new(sink))
+    }
+
+    /// The sink, if it is a `T`.
+    pub(crate) fn get<T: Any>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl std::fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventSink")
+    }
+}
