@@ -5,18 +5,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::delegation::{ChildBinding, DelegationPlan, HookToolFilter, ModelResolver, Template};
 use super::memory::Sessions;
 use super::{Agent, AgentInfo, AgentInner, Limits, SessionStore, StreamRelease};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::hook::{HookChain, HookRegistry, HookSite, IntoHook, RegisteredHook};
 use crate::model::{GenerateOptions, Model};
-use crate::subagent::{
-    ChildBinding, Delegation, HookToolFilter, ModelResolver, Registry, SPAWN_TOOL, SpawnTool,
-    SubagentDeclaration, SubagentFactory, Template,
-};
 use crate::tool::Toolkit;
 use crate::tool::mcp_config::McpServerConfig;
-use crate::tool::policy::{Bound, ToolsPolicy, check_allowlist, load_policy};
+use crate::tool::policy::{
+    Bound, DELEGATION_TOOL as SPAWN_TOOL, ToolsPolicy, check_allowlist, load_policy,
+};
 use crate::util::new_id;
 
 /// Builds an [`Agent`]. Cloning a builder and building twice gives agents with
@@ -40,9 +39,9 @@ pub struct AgentBuilder {
     pub(crate) stream_release: StreamRelease,
     pub(crate) store: Option<Arc<dyn SessionStore>>,
     pub(crate) workspace: Option<PathBuf>,
-    pub(crate) subagents: Vec<SubagentDeclaration>,
-    pub(crate) factories: Vec<Arc<dyn SubagentFactory>>,
-    pub(crate) general_purpose: bool,
+    /// What the delegation layer declared (subagents, factories, the general-purpose
+    /// subagent, a workspace's `subagents/`; for a child, its parent's registry).
+    pub(crate) delegation: Option<Box<dyn DelegationPlan>>,
     pub(crate) hook_tool_filter: Option<HookToolFilter>,
     pub(crate) model_resolver: Option<ModelResolver>,
     pub(crate) max_depth: u32,
@@ -74,9 +73,7 @@ impl Clone for AgentBuilder {
             stream_release: self.stream_release,
             store: self.store.clone(),
             workspace: self.workspace.clone(),
-            subagents: self.subagents.clone(),
-            factories: self.factories.clone(),
-            general_purpose: self.general_purpose,
+            delegation: self.delegation.as_ref().map(|p| p.clone_plan()),
             hook_tool_filter: self.hook_tool_filter.clone(),
             model_resolver: self.model_resolver.clone(),
             max_depth: self.max_depth,
@@ -101,7 +98,7 @@ impl std::fmt::Debug for AgentBuilder {
             .field("name", &self.name)
             .field("tools", &self.toolkit.names())
             .field("hooks", &self.hooks.len())
-            .field("subagents", &self.subagents)
+            .field("delegation", &self.delegation)
             .field("workspace", &self.workspace)
             .finish_non_exhaustive()
     }
@@ -128,9 +125,7 @@ impl AgentBuilder {
             stream_release: StreamRelease::Immediate,
             store: None,
             workspace: None,
-            subagents: Vec::new(),
-            factories: Vec::new(),
-            general_purpose: false,
+            delegation: None,
             hook_tool_filter: None,
             model_resolver: None,
             max_depth: 3,
@@ -292,42 +287,6 @@ impl AgentBuilder {
         self
     }
 
-    /// Uses a workspace folder: `<ws>/tools.json` bounds this agent's tools and every
-    /// subagent's, and `<ws>/subagents/*.md` declares subagents — those present now are
-    /// checked at `build()`, later changes (judged by file content, not size or mtime)
-    /// are picked up before each reasoning step.
-    ///
-    /// Fails closed at `build()` ([`BuildErrorKind::Workspace`], naming the path): the
-    /// folder must exist and be a directory ([`SpecErrorKind::Missing`] otherwise), and
-    /// only a `tools.json` with no directory entry at all means "no policy" — a dangling
-    /// symlink ([`SpecErrorKind::Missing`]), an unreadable file or a malformed one is an
-    /// error.
-    ///
-    /// [`SpecErrorKind::Missing`]: crate::subagent::spec::SpecErrorKind::Missing
-    pub fn workspace(mut self, path: impl Into<PathBuf>) -> Self {
-        self.workspace = Some(path.into());
-        self
-    }
-
-    /// Declares a subagent in code (wins over a same-name workspace file).
-    pub fn subagent(mut self, decl: SubagentDeclaration) -> Self {
-        self.subagents.push(decl);
-        self
-    }
-
-    /// Declares a subagent built by a custom factory.
-    pub fn subagent_factory(mut self, factory: impl SubagentFactory) -> Self {
-        self.factories.push(Arc::new(factory));
-        self
-    }
-
-    /// Offers the built-in `general-purpose` subagent: the parent's tools (not the
-    /// delegation tool) and hooks, no allowlist.
-    pub fn general_purpose_subagent(mut self) -> Self {
-        self.general_purpose = true;
-        self
-    }
-
     /// A predicate every hook-contributed tool name must pass before it is installed,
     /// on this agent and on its subagents (before the allowlist and `tools.json`
     /// checks). Default: accept all.
@@ -394,53 +353,6 @@ impl AgentBuilder {
         self
     }
 
-    /// Builds the agent, first connecting its MCP servers (feature `mcp`).
-    ///
-    /// Every server declared with [`AgentBuilder::mcp_server`] or in the workspace
-    /// `tools.json` is connected concurrently, each within its connect timeout; its tools
-    /// (those in `enable_tools`, when set) are added to the base tools, and the rest is
-    /// [`AgentBuilder::build`]. The connections are kept open for the agent's calls and
-    /// closed (stdio servers' processes killed) when the last agent sharing them — clones
-    /// and subagents included — is dropped. Without servers this is `build()`.
-    ///
-    /// # Errors
-    /// As [`AgentBuilder::build`], plus [`BuildErrorKind::Mcp`] naming the server when a
-    /// server id or configuration is invalid or duplicated, a server cannot be started,
-    /// connected or listed within its connect timeout, `enable_tools` names a tool the
-    /// server does not offer, or a server tool's schema is invalid; and
-    /// [`BuildErrorKind::Tool`] when an MCP tool name is taken by another tool.
-    #[cfg(feature = "mcp")]
-    pub async fn build_async(mut self) -> Result<Agent, BuildError> {
-        if self.child.is_some() {
-            return self.build_with(None, false);
-        }
-        let policy = match &self.workspace {
-            Some(ws) => load_policy(ws)?,
-            None => None,
-        };
-        let mut servers = self.mcp_servers.clone();
-        if let Some(p) = &policy {
-            for (id, config) in &p.mcp_servers {
-                servers.push((id.clone(), config.clone()));
-            }
-        }
-        for (i, (id, _)) in servers.iter().enumerate() {
-            if servers[..i].iter().any(|(other, _)| other == id) {
-                return Err(BuildError::new(
-                    BuildErrorKind::Mcp,
-                    format!("MCP server `{id}` is declared twice (in code and/or tools.json)"),
-                ));
-            }
-        }
-        for tool in crate::mcp::connect_all(&servers).await? {
-            let name = tool.name().to_owned();
-            self.toolkit
-                .register(tool)
-                .map_err(|e| BuildError::tool(&format!("MCP tool `{name}`"), e))?;
-        }
-        self.build_with(Some(policy), true)
-    }
-
     /// Builds the agent.
     ///
     /// An agent whose builder or workspace `tools.json` declares MCP servers must be built
@@ -467,7 +379,9 @@ impl AgentBuilder {
 
     /// `build()`; `preloaded` is the already-loaded workspace policy, `mcp_ready` says the
     /// declared MCP servers are connected and their tools are in the toolkit.
-    fn build_with(
+    /// Builds with the workspace policy already loaded (`preloaded`) and MCP tools
+    /// already registered (`mcp_ready`), as `build_async` does.
+    pub(crate) fn build_with(
         self,
         preloaded: Option<Option<Arc<ToolsPolicy>>>,
         mcp_ready: bool,
@@ -511,8 +425,14 @@ impl AgentBuilder {
 
         // The bound: workspace policy, and for a child its allowlist and its parent's
         // tools.
-        let (policy, registry) = match &self.child {
-            Some(c) => (c.policy.clone(), Some(Arc::clone(&c.registry))),
+        let (policy, prepared) = match &self.child {
+            Some(c) => {
+                let prepared = match &self.delegation {
+                    Some(plan) => plan.prepare(None)?,
+                    None => None,
+                };
+                (c.policy.clone(), prepared)
+            }
             None => {
                 let policy = match (preloaded, &self.workspace) {
                     (Some(policy), _) => policy,
@@ -523,21 +443,11 @@ impl AgentBuilder {
                     check_no_mcp(&self.mcp_servers, policy.as_deref())?;
                 }
                 let dir = self.workspace.as_ref().map(|ws| ws.join("subagents"));
-                let delegates = !self.subagents.is_empty()
-                    || !self.factories.is_empty()
-                    || self.general_purpose
-                    || dir.as_ref().is_some_and(|d| d.is_dir());
-                let registry = if delegates {
-                    Some(Arc::new(Registry::new(
-                        &self.subagents,
-                        &self.factories,
-                        self.general_purpose,
-                        dir,
-                    )?))
-                } else {
-                    None
+                let prepared = match &self.delegation {
+                    Some(plan) => plan.prepare(dir)?,
+                    None => None,
                 };
-                (policy, registry)
+                (policy, prepared)
             }
         };
         let bound = Bound {
@@ -620,8 +530,8 @@ impl AgentBuilder {
             None => true,
             Some(c) => c.allow.iter().any(|t| t == SPAWN_TOOL),
         };
-        let delegation = match registry {
-            Some(registry)
+        let delegation = match prepared {
+            Some(prepared)
                 if wants_spawn && depth < self.max_depth && bound.permits(SPAWN_TOOL) =>
             {
                 if toolkit.contains(SPAWN_TOOL) {
@@ -666,12 +576,9 @@ impl AgentBuilder {
                     limits: self.limits,
                     stream_release: self.stream_release,
                 };
-                let delegation = Arc::new(Delegation::new(registry, template));
-                if self.child.is_none() {
-                    delegation.validate()?;
-                }
+                let (delegation, spawn) = prepared.install(template, self.child.is_none())?;
                 toolkit
-                    .register(SpawnTool::new(Arc::clone(&delegation)))
+                    .register(spawn)
                     .map_err(|e| BuildError::tool("the delegation tool", e))?;
                 Some(delegation)
             }

@@ -44,6 +44,7 @@
 mod acting;
 mod assemble;
 mod builder;
+mod delegation;
 mod file_store;
 mod input;
 mod memory;
@@ -52,6 +53,10 @@ mod store;
 mod stream;
 
 pub use builder::AgentBuilder;
+pub use delegation::ModelResolver;
+pub(crate) use delegation::{
+    ChildBinding, Delegating, DelegationPlan, HookToolFilter, PreparedDelegation, Template,
+};
 
 pub use crate::context::{AgentInfo, Extensions, RunContext, StopReason};
 pub use acting::MAX_PRE_ACTING_PASSES;
@@ -71,7 +76,6 @@ use crate::hook::Decision;
 use crate::hook::HookChain;
 use crate::message::Msg;
 use crate::model::{GenerateOptions, Model, Usage};
-use crate::subagent::Delegation;
 use crate::tool::{ToolSchema, Toolkit};
 use memory::Sessions;
 
@@ -155,7 +159,7 @@ pub(crate) struct AgentInner {
     pub(crate) sessions: Sessions,
     pub(crate) store: Option<Arc<dyn SessionStore>>,
     /// Present when the agent can delegate (it then has the `agent_spawn` tool).
-    pub(crate) delegation: Option<Arc<Delegation>>,
+    pub(crate) delegation: Option<Arc<dyn Delegating>>,
     /// Record decisions on every call (also recorded when a subscriber listens).
     pub(crate) trail: bool,
     /// Record message contents on spans and previews in decision digests.
@@ -245,10 +249,7 @@ impl Agent {
     /// then valid workspace files), with their descriptions. Empty without delegation.
     pub fn subagents(&self) -> Vec<(String, String)> {
         match &self.inner.delegation {
-            Some(d) => {
-                d.registry.refresh();
-                d.registry.listing()
-            }
+            Some(d) => d.listing(),
             None => Vec::new(),
         }
     }

@@ -37,12 +37,11 @@
 //!   is killed (it is also spawned with kill-on-drop).
 
 #[cfg(feature = "mcp")]
+mod build;
+#[cfg(feature = "mcp")]
 mod client;
 #[cfg(feature = "mcp")]
 mod guard;
-
-#[cfg(feature = "mcp")]
-pub(crate) use client::connect_all;
 
 pub(crate) use crate::tool::mcp_config::check_server_id;
 pub use crate::tool::mcp_config::{

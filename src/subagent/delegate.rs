@@ -1,7 +1,7 @@
 //! The per-agent delegation state, the `agent_spawn` tool and the one function that
 //! builds children.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -11,26 +11,23 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::narrow::{self, Granted};
+use super::plan::ChildPlan;
 use super::registry::Registry;
 use super::spec::{SpecError, ToolsPolicy};
 use super::{
-    GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentFactory,
-    SubagentWorkspace, WorkspaceMode,
+    GENERAL_PURPOSE, SPAWN_TOOL, SubagentDeclaration, SubagentFactory, SubagentWorkspace,
+    WorkspaceMode,
 };
 use crate::agent::{
-    Agent, AgentBuilder, AgentEvent, AgentInfo, CallOutcome, PENDING_CALLS_KEY, SessionKey,
-    StopReason,
+    Agent, AgentBuilder, AgentEvent, CallOutcome, ChildBinding, PENDING_CALLS_KEY, SessionKey,
+    StopReason, Template,
 };
 use crate::error::{BuildError, BuildErrorKind};
-use crate::hook::RegisteredHook;
 use crate::message::Msg;
-use crate::model::{GenerateOptions, Model};
+use crate::model::GenerateOptions;
 use crate::tool::policy::{check_allowlist, load_policy};
-use crate::tool::{Tool, ToolContext, ToolError, ToolSchema, Toolkit};
+use crate::tool::{Tool, ToolContext, ToolError, ToolSchema};
 use tokio::sync::mpsc::UnboundedSender;
-
-/// A predicate over hook-contributed tool names.
-pub(crate) type HookToolFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// Where a subagent comes from.
 #[derive(Clone)]
@@ -60,53 +57,6 @@ impl Declared {
 
 pub(crate) const GENERAL_PURPOSE_DESCRIPTION: &str =
     "A general-purpose agent with the same tools as you, for a self-contained task.";
-
-/// What a child inherits from the agent that delegates to it.
-pub(crate) struct Template {
-    pub(crate) info: Arc<AgentInfo>,
-    pub(crate) path: Arc<str>,
-    pub(crate) sys_prompt: Option<String>,
-    pub(crate) model: Arc<dyn Model>,
-    pub(crate) resolver: Option<ModelResolver>,
-    /// The delegating agent's own tools (no hook tools, no delegation tool).
-    pub(crate) base_tools: Toolkit,
-    /// Everything the delegating agent can call.
-    pub(crate) callable: Arc<HashSet<String>>,
-    /// Inheritable hooks in the delegating agent's chain order.
-    pub(crate) hooks: Vec<RegisteredHook>,
-    pub(crate) options: GenerateOptions,
-    pub(crate) policy: Option<Arc<ToolsPolicy>>,
-    /// The delegating agent's workspace root (relative child workspaces resolve here).
-    pub(crate) workspace: Option<PathBuf>,
-    pub(crate) hook_tool_filter: Option<HookToolFilter>,
-    pub(crate) max_depth: u32,
-    pub(crate) max_iters_default: u32,
-    pub(crate) max_gotos: u32,
-    pub(crate) tool_timeout: Duration,
-    pub(crate) hook_timeout: Option<Duration>,
-    pub(crate) trail: bool,
-    pub(crate) record_content: bool,
-    pub(crate) tool_labels: Option<Arc<HashSet<String>>>,
-    /// The delegating agent's turn limits: a child's are at most these.
-    pub(crate) limits: crate::agent::Limits,
-    /// The delegating agent's stream release: a child's deltas reach the same caller.
-    pub(crate) stream_release: crate::agent::StreamRelease,
-}
-
-/// What a child's builder needs to bound it: set only by [`Delegation::build_child`].
-#[derive(Clone)]
-pub(crate) struct ChildBinding {
-    pub(crate) parent: Arc<AgentInfo>,
-    pub(crate) path: Arc<str>,
-    pub(crate) allow: Vec<String>,
-    pub(crate) callable: Arc<HashSet<String>>,
-    pub(crate) policy: Option<Arc<ToolsPolicy>>,
-    /// The policy of the child's own isolated workspace (narrows further).
-    pub(crate) own_policy: Option<Arc<ToolsPolicy>>,
-    /// The child's workspace root: its isolated root, else its parent's.
-    pub(crate) workspace: Option<PathBuf>,
-    pub(crate) registry: Arc<Registry>,
-}
 
 /// The delegation state of one agent: its template and its built children.
 pub(crate) struct Delegation {
@@ -355,9 +305,6 @@ impl Delegation {
         b.global_hooks = false;
         b.registries.clear();
         b.workspace = None;
-        b.subagents.clear();
-        b.factories.clear();
-        b.general_purpose = false;
         b.name = id.to_owned();
         b.id = None;
         b.child = Some(ChildBinding {
@@ -368,8 +315,8 @@ impl Delegation {
             policy: t.policy.clone(),
             own_policy,
             workspace: root.or_else(|| t.workspace.clone()),
-            registry: Arc::clone(&self.registry),
         });
+        b.delegation = Some(Box::new(ChildPlan(Arc::clone(&self.registry))));
         b.build()
     }
 }

@@ -66,22 +66,18 @@
 
 mod delegate;
 mod narrow;
+mod plan;
 mod registry;
 pub mod spec;
 #[cfg(test)]
 mod spec_tests;
 
-pub(crate) use delegate::{ChildBinding, Delegation, HookToolFilter, SpawnTool, Template};
-pub(crate) use registry::Registry;
-
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use crate::agent::AgentBuilder;
 use crate::error::{BuildError, BuildErrorKind};
 use crate::hook::{IntoHook, RegisteredHook};
-use crate::model::Model;
 
 /// The delegation tool's name.
 pub const SPAWN_TOOL: &str = crate::tool::policy::DELEGATION_TOOL;
@@ -89,9 +85,7 @@ pub const SPAWN_TOOL: &str = crate::tool::policy::DELEGATION_TOOL;
 /// The built-in general-purpose subagent's id.
 pub const GENERAL_PURPOSE: &str = "general-purpose";
 
-/// Resolves a declaration's `model` name to a model. Returning `None` falls back to the
-/// parent's model (with a warning).
-pub type ModelResolver = Arc<dyn Fn(&str) -> Option<Arc<dyn Model>> + Send + Sync>;
+pub use crate::agent::ModelResolver;
 
 /// How a subagent's workspace relates to its parent's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

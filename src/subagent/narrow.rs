@@ -24,8 +24,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::delegate::HookToolFilter;
 use crate::agent::AgentBuilder;
+use crate::agent::HookToolFilter;
 use crate::error::{BuildError, BuildErrorKind};
 use crate::tool::{Tool, Toolkit};
 

@@ -35,6 +35,7 @@ mod hooks_tool_guard;
 mod hostile_mcp;
 #[cfg(all(feature = "openai", feature = "anthropic"))]
 mod hostile_providers;
+mod layers;
 mod load;
 mod loop_control;
 #[cfg(feature = "mcp")]

@@ -1,0 +1,58 @@
+//! `AgentBuilder::build_async`: the agent builder's MCP step. It lives here, in the leaf
+//! that connects servers, so the agent layer never imports `mcp`: the builder only holds
+//! the declarations (`tool::mcp_config` values) and refuses them in the synchronous
+//! `build()`.
+
+use super::client::connect_all;
+use crate::agent::{Agent, AgentBuilder};
+use crate::error::{BuildError, BuildErrorKind};
+use crate::tool::policy::load_policy;
+
+impl AgentBuilder {
+    /// Builds the agent, first connecting its MCP servers (feature `mcp`).
+    ///
+    /// Every server declared with [`AgentBuilder::mcp_server`] or in the workspace
+    /// `tools.json` is connected concurrently, each within its connect timeout; its tools
+    /// (those in `enable_tools`, when set) are added to the base tools, and the rest is
+    /// [`AgentBuilder::build`]. The connections are kept open for the agent's calls and
+    /// closed (stdio servers' processes killed) when the last agent sharing them — clones
+    /// and subagents included — is dropped. Without servers this is `build()`.
+    ///
+    /// # Errors
+    /// As [`AgentBuilder::build`], plus [`BuildErrorKind::Mcp`] naming the server when a
+    /// server id or configuration is invalid or duplicated, a server cannot be started,
+    /// connected or listed within its connect timeout, `enable_tools` names a tool the
+    /// server does not offer, or a server tool's schema is invalid; and
+    /// [`BuildErrorKind::Tool`] when an MCP tool name is taken by another tool.
+    #[cfg(feature = "mcp")]
+    pub async fn build_async(mut self) -> Result<Agent, BuildError> {
+        if self.child.is_some() {
+            return self.build_with(None, false);
+        }
+        let policy = match &self.workspace {
+            Some(ws) => load_policy(ws)?,
+            None => None,
+        };
+        let mut servers = self.mcp_servers.clone();
+        if let Some(p) = &policy {
+            for (id, config) in &p.mcp_servers {
+                servers.push((id.clone(), config.clone()));
+            }
+        }
+        for (i, (id, _)) in servers.iter().enumerate() {
+            if servers[..i].iter().any(|(other, _)| other == id) {
+                return Err(BuildError::new(
+                    BuildErrorKind::Mcp,
+                    format!("MCP server `{id}` is declared twice (in code and/or tools.json)"),
+                ));
+            }
+        }
+        for tool in connect_all(&servers).await? {
+            let name = tool.name().to_owned();
+            self.toolkit
+                .register(tool)
+                .map_err(|e| BuildError::tool(&format!("MCP tool `{name}`"), e))?;
+        }
+        self.build_with(Some(policy), true)
+    }
+}

@@ -1,0 +1,180 @@
+//! The builder side of delegation: the `AgentBuilder` methods that declare subagents
+//! live here, in the layer above `agent`, and record a [`DelegationPlan`] the builder
+//! prepares and installs at `build()` without naming this layer's types.
+
+use std::any::Any;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::delegate::{Delegation, SpawnTool};
+use super::registry::Registry;
+use super::{SubagentDeclaration, SubagentFactory};
+use crate::agent::{
+    AgentBuilder, Delegating, DelegationPlan, PreparedDelegation, SessionKey, Template,
+};
+use crate::error::BuildError;
+use crate::tool::{Tool, ToolSchema};
+
+/// What a top-level builder declared: code declarations, factories, the general-purpose
+/// subagent (and, through the workspace, `subagents/*.md`).
+#[derive(Clone, Default)]
+pub(crate) struct Declarations {
+    pub(crate) subagents: Vec<SubagentDeclaration>,
+    pub(crate) factories: Vec<Arc<dyn SubagentFactory>>,
+    pub(crate) general_purpose: bool,
+}
+
+impl std::fmt::Debug for Declarations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Declarations")
+            .field("subagents", &self.subagents)
+            .field("factories", &self.factories.len())
+            .field("general_purpose", &self.general_purpose)
+            .finish()
+    }
+}
+
+/// Applies `f` to the builder's declarations, created on first use (a child's
+/// inherited registry is replaced: a builder that declares subagents is top-level).
+fn declare(b: &mut AgentBuilder, f: impl FnOnce(&mut Declarations)) {
+    let mut decls = b
+        .delegation
+        .take()
+        .and_then(|mut p| {
+            p.as_any_mut()
+                .downcast_mut::<Declarations>()
+                .map(std::mem::take)
+        })
+        .unwrap_or_default();
+    f(&mut decls);
+    b.delegation = Some(Box::new(decls));
+}
+
+impl DelegationPlan for Declarations {
+    fn prepare(
+        &self,
+        subagents_dir: Option<PathBuf>,
+    ) -> Result<Option<Box<dyn PreparedDelegation>>, BuildError> {
+        let delegates = !self.subagents.is_empty()
+            || !self.factories.is_empty()
+            || self.general_purpose
+            || subagents_dir.as_ref().is_some_and(|d| d.is_dir());
+        if !delegates {
+            return Ok(None);
+        }
+        let registry = Registry::new(
+            &self.subagents,
+            &self.factories,
+            self.general_purpose,
+            subagents_dir,
+        )?;
+        Ok(Some(Box::new(Prepared(Arc::new(registry)))))
+    }
+
+    fn clone_plan(&self) -> Box<dyn DelegationPlan> {
+        Box::new(self.clone())
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// A child's plan: the registry of the tree it belongs to.
+#[derive(Clone)]
+pub(crate) struct ChildPlan(pub(crate) Arc<Registry>);
+
+impl std::fmt::Debug for ChildPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChildPlan")
+    }
+}
+
+impl DelegationPlan for ChildPlan {
+    fn prepare(
+        &self,
+        _subagents_dir: Option<PathBuf>,
+    ) -> Result<Option<Box<dyn PreparedDelegation>>, BuildError> {
+        Ok(Some(Box::new(Prepared(Arc::clone(&self.0)))))
+    }
+
+    fn clone_plan(&self) -> Box<dyn DelegationPlan> {
+        Box::new(self.clone())
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// A loaded registry, waiting for the agent's template.
+struct Prepared(Arc<Registry>);
+
+impl PreparedDelegation for Prepared {
+    fn install(
+        self: Box<Self>,
+        template: Template,
+        validate: bool,
+    ) -> Result<(Arc<dyn Delegating>, Arc<dyn Tool>), BuildError> {
+        let delegation = Arc::new(Delegation::new(self.0, template));
+        if validate {
+            delegation.validate()?;
+        }
+        let spawn: Arc<dyn Tool> = Arc::new(SpawnTool::new(Arc::clone(&delegation)));
+        Ok((delegation, spawn))
+    }
+}
+
+impl Delegating for Delegation {
+    fn schemas(&self, base: &[ToolSchema]) -> Vec<ToolSchema> {
+        Delegation::schemas(self, base)
+    }
+
+    fn listing(&self) -> Vec<(String, String)> {
+        self.registry.refresh();
+        self.registry.listing()
+    }
+
+    fn forget_children(&self, key: &SessionKey) {
+        Delegation::forget_children(self, key);
+    }
+}
+
+impl AgentBuilder {
+    /// Uses a workspace folder: `<ws>/tools.json` bounds this agent's tools and every
+    /// subagent's, and `<ws>/subagents/*.md` declares subagents — those present now are
+    /// checked at `build()`, later changes (judged by file content, not size or mtime)
+    /// are picked up before each reasoning step.
+    ///
+    /// Fails closed at `build()` ([`BuildErrorKind::Workspace`], naming the path): the
+    /// folder must exist and be a directory ([`SpecErrorKind::Missing`] otherwise), and
+    /// only a `tools.json` with no directory entry at all means "no policy" — a dangling
+    /// symlink ([`SpecErrorKind::Missing`]), an unreadable file or a malformed one is an
+    /// error.
+    ///
+    /// [`SpecErrorKind::Missing`]: crate::subagent::spec::SpecErrorKind::Missing
+    pub fn workspace(mut self, path: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(path.into());
+        declare(&mut self, |_| {});
+        self
+    }
+
+    /// Declares a subagent in code (wins over a same-name workspace file).
+    pub fn subagent(mut self, decl: SubagentDeclaration) -> Self {
+        declare(&mut self, |d| d.subagents.push(decl));
+        self
+    }
+
+    /// Declares a subagent built by a custom factory.
+    pub fn subagent_factory(mut self, factory: impl SubagentFactory) -> Self {
+        declare(&mut self, |d| d.factories.push(Arc::new(factory)));
+        self
+    }
+
+    /// Offers the built-in `general-purpose` subagent: the parent's tools (not the
+    /// delegation tool) and hooks, no allowlist.
+    pub fn general_purpose_subagent(mut self) -> Self {
+        declare(&mut self, |d| d.general_purpose = true);
+        self
+    }
+}
