@@ -33,6 +33,7 @@ use serde_json::Value;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use super::fire::{Payload, changed};
 use super::memory::CallMemory;
 use super::run::{Call, emit};
 use super::stream::AgentEvent;
@@ -42,7 +43,8 @@ use crate::hook::{
     ActingChunkEvent, Decision, DecisionKind, EventKind, HookEvent, PostActingEvent, PreActingEvent,
 };
 use crate::message::{Msg, ToolResult, ToolUse};
-use crate::tool::{ProgressChunk, ToolContext, json_type};
+use crate::model::accumulate::normalize_arguments;
+use crate::tool::{ProgressChunk, ToolContext};
 use crate::util::panic_message;
 
 /// How many `PreActing` passes a call may take before the hooks are considered not to
@@ -74,37 +76,6 @@ pub(super) struct Planned {
     /// Its arguments are exactly what admission validated against the tool's schema
     /// (no hook rewrote the call): execution need not validate them again.
     pub(super) checked: bool,
-}
-
-/// Normalises tool-call arguments in place: an object stays; a string holding a JSON
-/// object is decoded; a blank string becomes `{}`. Returns whether the value changed,
-/// or why the arguments are not an object.
-pub(crate) fn normalize_arguments(input: &mut Value) -> Result<bool, String> {
-    match input {
-        Value::Object(_) => Ok(false),
-        Value::String(raw) if raw.trim().is_empty() => {
-            *input = Value::Object(Default::default());
-            Ok(true)
-        }
-        Value::String(raw) => match serde_json::from_str::<Value>(raw) {
-            Ok(v @ Value::Object(_)) => {
-                *input = v;
-                Ok(true)
-            }
-            Ok(other) => Err(format!(
-                "the arguments must be a JSON object, got a string holding {}",
-                json_type(&other)
-            )),
-            Err(e) => Err(format!(
-                "the arguments are not valid JSON ({e}): {}",
-                crate::util::truncate(raw, 200)
-            )),
-        },
-        other => Err(format!(
-            "the arguments must be a JSON object, got {}",
-            json_type(other)
-        )),
-    }
 }
 
 impl Call<'_> {
@@ -194,17 +165,15 @@ impl Call<'_> {
                 continue;
             }
             let result = if self.wants(EventKind::PostActing) {
-                let mut ev = HookEvent::PostActing(PostActingEvent {
-                    meta: self.meta.clone(),
-                    tool_use: p.tool_use,
-                    result,
-                    denied: p.denial.is_some(),
-                    stop: false,
-                });
-                self.dispatch(&mut ev).await?;
-                let HookEvent::PostActing(e) = ev else {
-                    return Err(Error::internal("PostActing changed variant"));
-                };
+                let e = self
+                    .fire(PostActingEvent {
+                        meta: self.meta.clone(),
+                        tool_use: p.tool_use,
+                        result,
+                        denied: p.denial.is_some(),
+                        stop: false,
+                    })
+                    .await?;
                 stop |= e.stop;
                 e.result
             } else {
@@ -290,18 +259,16 @@ impl Call<'_> {
     async fn pre_acting(&self, tool_use: ToolUse) -> Result<PreActingEvent, Error> {
         let chain = &self.agent.chain;
         let full = chain.subscribers(EventKind::PreActing);
-        let mut ev = HookEvent::PreActing(PreActingEvent::new(self.meta.clone(), tool_use));
+        let mut ev = PreActingEvent::new(self.meta.clone(), tool_use).into_event();
         let mut stale: Cow<'_, [u16]> = Cow::Borrowed(full);
         let mut passes = 0;
         loop {
             passes += 1;
-            if let HookEvent::PreActing(e) = &mut ev {
+            if let Some(e) = PreActingEvent::get_mut(&mut ev) {
                 e.changed_by = None;
             }
             self.dispatch_list(&mut ev, &stale).await?;
-            let HookEvent::PreActing(e) = &mut ev else {
-                return Err(Error::internal("PreActing changed variant"));
-            };
+            let e = PreActingEvent::get_mut(&mut ev).ok_or_else(changed::<PreActingEvent>)?;
             if e.denial.is_some() {
                 break;
             }
@@ -328,10 +295,7 @@ impl Call<'_> {
             let next: Vec<u16> = full.iter().copied().filter(|i| !seen.contains(i)).collect();
             stale = Cow::Owned(next);
         }
-        match ev {
-            HookEvent::PreActing(e) => Ok(e),
-            _ => Err(Error::internal("PreActing changed variant")),
-        }
+        PreActingEvent::from_event(ev).ok_or_else(changed::<PreActingEvent>)
     }
 
     /// Records a decision the runtime made (rejections, truncations).

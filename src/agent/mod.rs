@@ -42,12 +42,13 @@
 //! process.
 
 mod acting;
-mod assemble;
 mod builder;
 mod delegation;
 mod file_store;
+mod fire;
 mod input;
 mod memory;
+mod model_turn;
 mod run;
 mod store;
 mod stream;

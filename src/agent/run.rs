@@ -1,31 +1,23 @@
 //! The ReAct loop: the only place events are constructed and dispatched.
 
 use std::collections::{HashMap, HashSet};
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::UnboundedSender as EventSender;
 
 use super::acting::Acted;
-use super::assemble::{
-    PartialCall, announce_call, apply_chunk, forward_chunk, swap_back, swap_chunk,
-};
 use super::memory::{CallMemory, Persistence, SessionKey};
+use super::model_turn::Phase;
 use super::stream::AgentEvent;
 use super::{AgentInner, CallOutcome, RunContext, StopReason};
 use crate::error::Error;
 use crate::hook::{Decision, TrailMode};
 use crate::hook::{
     ErrorEvent, EventKind, EventMeta, HookEvent, PostCallEvent, PostReasoningEvent,
-    PostSummaryEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent, ReasoningChunkEvent,
-    SummaryChunkEvent,
+    PostSummaryEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent,
 };
 use crate::message::{ContentBlock, Msg, Role, ToolResult, ToolUse};
-use crate::model::{
-    FinishReason, Messages, ModelChunk, ModelError, ModelErrorKind, ModelRequest, Usage,
-};
-use crate::util::panic_message;
+use crate::model::{Messages, ModelRequest, Usage};
 use tracing::Instrument;
 use tracing::field::Empty;
 
@@ -54,29 +46,6 @@ pub(super) fn emit(sink: Option<&Sink>, event: impl FnOnce() -> AgentEvent) {
     }
 }
 
-/// Which model step a stream belongs to.
-#[derive(Clone, Copy)]
-enum Phase {
-    Reasoning,
-    Summary,
-}
-
-impl Phase {
-    fn as_str(self) -> &'static str {
-        match self {
-            Phase::Reasoning => "reasoning",
-            Phase::Summary => "summary",
-        }
-    }
-
-    fn chunk_kind(self) -> EventKind {
-        match self {
-            Phase::Reasoning => EventKind::ReasoningChunk,
-            Phase::Summary => EventKind::SummaryChunk,
-        }
-    }
-}
-
 /// One call in progress.
 pub(super) struct Call<'a> {
     pub(super) agent: &'a AgentInner,
@@ -84,9 +53,12 @@ pub(super) struct Call<'a> {
     pub(super) ctx: &'a RunContext,
     pub(super) sink: Option<&'a Sink>,
     system: Option<Arc<Msg>>,
-    usage: Usage,
-    last_usage: Usage,
-    model_calls: u32,
+    /// Usage summed over the call's model turns.
+    pub(super) usage: Usage,
+    /// Usage of the last model turn.
+    pub(super) last_usage: Usage,
+    /// Model turns so far.
+    pub(super) model_calls: u32,
     /// Decisions recorded so far (only touched when the call records).
     pub(super) trail: Mutex<Vec<Decision>>,
 }
@@ -340,15 +312,13 @@ impl Call<'_> {
         let mut input = input;
         let mut system_prompt = agent.sys_prompt.clone();
         if self.wants(EventKind::PreCall) {
-            let mut ev = HookEvent::PreCall(PreCallEvent {
-                meta: self.meta.clone(),
-                messages: input,
-                system_prompt,
-            });
-            self.dispatch(&mut ev).await?;
-            let HookEvent::PreCall(e) = ev else {
-                return Err(Error::internal("PreCall changed variant"));
-            };
+            let e = self
+                .fire(PreCallEvent {
+                    meta: self.meta.clone(),
+                    messages: input,
+                    system_prompt,
+                })
+                .await?;
             input = e.messages;
             system_prompt = e.system_prompt;
         }
@@ -434,17 +404,15 @@ impl Call<'_> {
         let mut messages = Messages::from_parts(self.system.clone(), memory.shared(), Vec::new());
         let mut options = agent.options.clone();
         if self.wants(EventKind::PreReasoning) {
-            let mut ev = HookEvent::PreReasoning(PreReasoningEvent {
-                meta: self.meta.clone(),
-                messages,
-                options,
-                tool_names: Arc::clone(&agent.tool_names),
-                iteration,
-            });
-            self.dispatch(&mut ev).await?;
-            let HookEvent::PreReasoning(e) = ev else {
-                return Err(Error::internal("PreReasoning changed variant"));
-            };
+            let e = self
+                .fire(PreReasoningEvent {
+                    meta: self.meta.clone(),
+                    messages,
+                    options,
+                    tool_names: Arc::clone(&agent.tool_names),
+                    iteration,
+                })
+                .await?;
             messages = e.messages;
             options = e.options;
         }
@@ -468,18 +436,16 @@ impl Call<'_> {
         if !self.wants(EventKind::PostReasoning) {
             return Ok((msg, None, false));
         }
-        let mut ev = HookEvent::PostReasoning(PostReasoningEvent {
-            meta: self.meta.clone(),
-            message: msg,
-            goto: None,
-            stop: false,
-            usage: self.last_usage,
-            iteration,
-        });
-        self.dispatch(&mut ev).await?;
-        let HookEvent::PostReasoning(e) = ev else {
-            return Err(Error::internal("PostReasoning changed variant"));
-        };
+        let e = self
+            .fire(PostReasoningEvent {
+                meta: self.meta.clone(),
+                message: msg,
+                goto: None,
+                stop: false,
+                usage: self.last_usage,
+                iteration,
+            })
+            .await?;
         Ok((e.message, e.goto, e.stop))
     }
 
@@ -543,16 +509,14 @@ impl Call<'_> {
         );
         let mut options = agent.options.clone();
         if self.wants(EventKind::PreSummary) {
-            let mut ev = HookEvent::PreSummary(PreSummaryEvent {
-                meta: self.meta.clone(),
-                messages,
-                options,
-                max_iters: agent.max_iters,
-            });
-            self.dispatch(&mut ev).await?;
-            let HookEvent::PreSummary(e) = ev else {
-                return Err(Error::internal("PreSummary changed variant"));
-            };
+            let e = self
+                .fire(PreSummaryEvent {
+                    meta: self.meta.clone(),
+                    messages,
+                    options,
+                    max_iters: agent.max_iters,
+                })
+                .await?;
             messages = e.messages;
             options = e.options;
         }
@@ -567,14 +531,12 @@ impl Call<'_> {
             .content
             .retain(|b| !matches!(b, ContentBlock::ToolUse(_)));
         if self.wants(EventKind::PostSummary) {
-            let mut ev = HookEvent::PostSummary(PostSummaryEvent {
-                meta: self.meta.clone(),
-                message: summary,
-            });
-            self.dispatch(&mut ev).await?;
-            let HookEvent::PostSummary(e) = ev else {
-                return Err(Error::internal("PostSummary changed variant"));
-            };
+            let e = self
+                .fire(PostSummaryEvent {
+                    meta: self.meta.clone(),
+                    message: summary,
+                })
+                .await?;
             summary = e.message;
         }
         self.release(&summary);
@@ -586,24 +548,22 @@ impl Call<'_> {
     async fn finish(&mut self, reply: Msg, reason: StopReason) -> Result<CallOutcome, Error> {
         let mut reply = reply;
         if self.wants(EventKind::PostCall) {
-            let mut ev = HookEvent::PostCall(PostCallEvent {
-                meta: self.meta.clone(),
-                message: reply,
-                reason,
-                usage: self.usage,
-                decisions: if self.meta.mode.on {
-                    self.trail
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .clone()
-                } else {
-                    Vec::new()
-                },
-            });
-            self.dispatch(&mut ev).await?;
-            let HookEvent::PostCall(e) = ev else {
-                return Err(Error::internal("PostCall changed variant"));
-            };
+            let e = self
+                .fire(PostCallEvent {
+                    meta: self.meta.clone(),
+                    message: reply,
+                    reason,
+                    usage: self.usage,
+                    decisions: if self.meta.mode.on {
+                        self.trail
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .clone()
+                    } else {
+                        Vec::new()
+                    },
+                })
+                .await?;
             reply = e.message;
         }
         Ok(CallOutcome {
@@ -613,136 +573,5 @@ impl Call<'_> {
             model_calls: self.model_calls,
             decisions: self.take_trail(),
         })
-    }
-
-    /// One model call: streams chunks to chunk hooks and the caller, reassembles the
-    /// assistant message.
-    async fn stream_model(&mut self, request: ModelRequest, phase: Phase) -> Result<Msg, Error> {
-        let agent = self.agent;
-        let model_name = request
-            .options
-            .model
-            .clone()
-            .unwrap_or_else(|| agent.model.name().to_owned());
-        let span = tracing::info_span!(
-            "chat",
-            otel.name = Empty,
-            gen_ai.operation.name = "chat",
-            gen_ai.provider.name = agent.model.provider(),
-            gen_ai.request.model = %model_name,
-            gen_ai.request.temperature = request.options.temperature,
-            gen_ai.request.top_p = request.options.top_p,
-            gen_ai.request.max_tokens = request.options.max_tokens,
-            gen_ai.response.finish_reasons = Empty,
-            gen_ai.usage.input_tokens = Empty,
-            gen_ai.usage.output_tokens = Empty,
-            gen_ai.input.messages = Empty,
-            gen_ai.output.messages = Empty,
-            rein.phase = phase.as_str(),
-        );
-        if !span.is_disabled() {
-            span.record("otel.name", format!("chat {model_name}"));
-            if agent.record_content {
-                span.record(
-                    "gen_ai.input.messages",
-                    serde_json::to_string(&request.messages).unwrap_or_default(),
-                );
-            }
-        }
-        let result = self
-            .stream_model_in_span(request, phase)
-            .instrument(span.clone())
-            .await;
-        if let Ok((msg, finish)) = &result {
-            if let Some(reason) = finish {
-                span.record(
-                    "gen_ai.response.finish_reasons",
-                    format!("{reason:?}").to_lowercase(),
-                );
-            }
-            span.record("gen_ai.usage.input_tokens", self.last_usage.input_tokens);
-            span.record("gen_ai.usage.output_tokens", self.last_usage.output_tokens);
-            if agent.record_content && !span.is_disabled() {
-                span.record(
-                    "gen_ai.output.messages",
-                    serde_json::to_string(msg).unwrap_or_default(),
-                );
-            }
-        }
-        #[cfg(feature = "metrics")]
-        crate::observe::metrics_impl::model_call(
-            &agent.info.name,
-            &model_name,
-            self.last_usage.input_tokens,
-            self.last_usage.output_tokens,
-        );
-        result.map(|(msg, _)| msg)
-    }
-
-    async fn stream_model_in_span(
-        &mut self,
-        request: ModelRequest,
-        phase: Phase,
-    ) -> Result<(Msg, Option<FinishReason>), Error> {
-        let agent = self.agent;
-        self.model_calls += 1;
-        self.last_usage = Usage::default();
-        let mut finish = None;
-        let listen = self.wants(phase.chunk_kind());
-        let mut msg = Msg::new(Role::Assistant, Vec::new()).with_name(agent.info.name.clone());
-        let mut calls: Vec<PartialCall> = Vec::new();
-        let mut usage = Usage::default();
-        let mut event: Option<HookEvent> = None;
-        let model_err = |e| Error::model(phase.as_str(), agent.model.name(), e);
-        let panicked = |payload: Box<dyn std::any::Any + Send>| {
-            model_err(ModelError::new(
-                ModelErrorKind::Other,
-                format!("the model panicked: {}", panic_message(&*payload)),
-            ))
-        };
-        let mut stream = std::panic::catch_unwind(AssertUnwindSafe(|| agent.model.stream(request)))
-            .map_err(panicked)?;
-        loop {
-            let next = AssertUnwindSafe(stream.next())
-                .catch_unwind()
-                .await
-                .map_err(panicked)?;
-            let Some(item) = next else { break };
-            let chunk = item.map_err(model_err)?;
-            // Held deltas are released after the post-hooks accepted the turn.
-            let live = self.sink.filter(|_| !agent.hold_deltas);
-            let started = live.and_then(|sink| forward_chunk(sink, &chunk, &calls));
-            if let ModelChunk::Finish(reason) = &chunk {
-                finish = Some(reason.clone());
-            }
-            apply_chunk(&mut msg, &mut calls, &mut usage, &chunk);
-            if let (Some(sink), Some(index)) = (live, started) {
-                announce_call(sink, &calls, index);
-            }
-            if listen {
-                let ev = event.get_or_insert_with(|| match phase {
-                    Phase::Reasoning => HookEvent::ReasoningChunk(ReasoningChunkEvent {
-                        meta: self.meta.clone(),
-                        chunk: ModelChunk::Text(String::new()),
-                        accumulated: Msg::placeholder(),
-                    }),
-                    Phase::Summary => HookEvent::SummaryChunk(SummaryChunkEvent {
-                        meta: self.meta.clone(),
-                        chunk: ModelChunk::Text(String::new()),
-                        accumulated: Msg::placeholder(),
-                    }),
-                });
-                swap_chunk(ev, chunk, &mut msg);
-                // Notification event: failures are logged by the chain.
-                let _ = self.dispatch(ev).await;
-                swap_back(ev, &mut msg);
-            }
-        }
-        for call in calls {
-            msg.content.push(ContentBlock::ToolUse(call.finish()));
-        }
-        self.usage.add(usage);
-        self.last_usage = usage;
-        Ok((msg, finish))
     }
 }

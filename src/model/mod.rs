@@ -17,6 +17,7 @@
 //! and `AnthropicModel` (feature `anthropic`: the Messages API). Both stream over the
 //! shared `transport` (timeouts, retries, typed errors).
 
+pub(crate) mod accumulate;
 #[cfg(feature = "anthropic")]
 mod anthropic;
 mod messages;

@@ -1,40 +1,42 @@
-//! Reassembling a model's streamed chunks into the turn's message, and handing them to
-//! chunk hooks and a streaming caller on the way.
-//!
-//! Tool-call fragments are grouped by their index; each call gets its runtime id when
-//! its first fragment arrives (see [`PartialCall`]), so what a streaming caller is told
-//! (`ToolCallStart`) and what memory records carry the same id.
+//! Reassembling a model's streamed chunks into the turn's message: text and thinking
+//! deltas, tool-call fragments grouped by index (each call gets its runtime id when its
+//! first fragment arrives, see [`PartialCall`]), and usage.
 
 use serde_json::Value;
 
-use super::run::Sink;
-use super::stream::AgentEvent;
-use crate::hook::HookEvent;
 use crate::message::{ContentBlock, Msg, Thinking, ToolUse};
 use crate::model::{ModelChunk, Usage};
+use crate::tool::json_type;
 use crate::util::new_id;
 
-/// Moves the chunk and the accumulated message into the chunk event.
-pub(super) fn swap_chunk(ev: &mut HookEvent, chunk: ModelChunk, msg: &mut Msg) {
-    match ev {
-        HookEvent::ReasoningChunk(e) => {
-            e.chunk = chunk;
-            std::mem::swap(&mut e.accumulated, msg);
+/// Normalises tool-call arguments in place: an object stays; a string holding a JSON
+/// object is decoded; a blank string becomes `{}`. Returns whether the value changed,
+/// or why the arguments are not an object.
+pub(crate) fn normalize_arguments(input: &mut Value) -> Result<bool, String> {
+    match input {
+        Value::Object(_) => Ok(false),
+        Value::String(raw) if raw.trim().is_empty() => {
+            *input = Value::Object(Default::default());
+            Ok(true)
         }
-        HookEvent::SummaryChunk(e) => {
-            e.chunk = chunk;
-            std::mem::swap(&mut e.accumulated, msg);
-        }
-        _ => {}
-    }
-}
-
-/// Takes the accumulated message back out of the chunk event.
-pub(super) fn swap_back(ev: &mut HookEvent, msg: &mut Msg) {
-    match ev {
-        HookEvent::ReasoningChunk(e) => std::mem::swap(&mut e.accumulated, msg),
-        HookEvent::SummaryChunk(e) => std::mem::swap(&mut e.accumulated, msg),
-        _ => {}
+        Value::String(raw) => match serde_json::from_str::<Value>(raw) {
+            Ok(v @ Value::Object(_)) => {
+                *input = v;
+                Ok(true)
+            }
+            Ok(other) => Err(format!(
+                "the arguments must be a JSON object, got a string holding {}",
+                json_type(&other)
+            )),
+            Err(e) => Err(format!(
+                "the arguments are not valid JSON ({e}): {}",
+                crate::util::truncate(raw, 200)
+            )),
+        },
+        other => Err(format!(
+            "the arguments must be a JSON object, got {}",
+            json_type(other)
+        )),
     }
 }
 
@@ -46,15 +48,18 @@ pub(super) fn swap_back(ev: &mut HookEvent, msg: &mut Msg) {
 /// stored session all rely on an id naming exactly one call. The provider's id is only
 /// meaningful inside the response that carried it (to group fragments, which the
 /// fragment index already does).
-pub(super) struct PartialCall {
-    index: usize,
-    id: String,
-    name: String,
+pub(crate) struct PartialCall {
+    /// The provider's fragment index.
+    pub(crate) index: usize,
+    /// The runtime's id for the call.
+    pub(crate) id: String,
+    /// The tool name, as far as it arrived.
+    pub(crate) name: String,
     arguments: String,
 }
 
 impl PartialCall {
-    pub(super) fn new(index: usize) -> Self {
+    pub(crate) fn new(index: usize) -> Self {
         Self {
             index,
             id: new_id("call"),
@@ -66,15 +71,15 @@ impl PartialCall {
     /// The finished tool use. Arguments are decoded once here; a JSON string holding a
     /// JSON object (double-encoded arguments) becomes that object. Anything that is not
     /// an object is kept as the model sent it (raw text as a JSON string) and is refused
-    /// before any hook or tool sees it (see [`super::acting`]).
-    pub(super) fn finish(self) -> ToolUse {
+    /// before any hook or tool sees it (the agent's admission step).
+    pub(crate) fn finish(self) -> ToolUse {
         let mut input = if self.arguments.trim().is_empty() {
             Value::Object(Default::default())
         } else {
             serde_json::from_str(&self.arguments).unwrap_or(Value::String(self.arguments))
         };
         // Not an object: kept for the record; admission refuses the call.
-        let _ = super::acting::normalize_arguments(&mut input);
+        let _ = normalize_arguments(&mut input);
         ToolUse {
             id: self.id,
             name: self.name,
@@ -83,7 +88,9 @@ impl PartialCall {
     }
 }
 
-pub(super) fn apply_chunk(
+/// Applies one chunk to the turn being reassembled: text and thinking are appended to
+/// `msg`, tool-call fragments to their call in `calls`, usage replaces what it reports.
+pub(crate) fn apply_chunk(
     msg: &mut Msg,
     calls: &mut Vec<PartialCall>,
     usage: &mut Usage,
@@ -144,36 +151,5 @@ pub(super) fn apply_chunk(
             }
         }
         ModelChunk::Finish(_) => {}
-    }
-}
-
-/// Forwards a chunk to a streaming caller. Called before the chunk is applied, so
-/// `calls` tells whether a tool-call index is new; `next_id` is the id the call will get.
-pub(super) fn forward_chunk(
-    sink: &Sink,
-    chunk: &ModelChunk,
-    calls: &[PartialCall],
-) -> Option<usize> {
-    let event = match chunk {
-        ModelChunk::Text(t) => AgentEvent::TextDelta(t.clone()),
-        ModelChunk::Thinking(t) => AgentEvent::ThinkingDelta(t.clone()),
-        ModelChunk::ToolCall {
-            index,
-            name: Some(_),
-            ..
-        } if !calls.iter().any(|c| c.index == *index) => return Some(*index),
-        _ => return None,
-    };
-    let _ = sink.send(event);
-    None
-}
-
-/// Announces a tool call whose first fragment (with its name) was just applied.
-pub(super) fn announce_call(sink: &Sink, calls: &[PartialCall], index: usize) {
-    if let Some(c) = calls.iter().find(|c| c.index == index) {
-        let _ = sink.send(AgentEvent::ToolCallStart {
-            id: c.id.clone(),
-            name: c.name.clone(),
-        });
     }
 }
