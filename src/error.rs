@@ -126,6 +126,8 @@ impl fmt::Display for BuildError {
     }
 }
 
+/// Hand-written rather than `thiserror`: the workspace error is returned as itself
+/// (a derived impl would return the `Box`, and `downcast_ref::<SpecError>` would fail).
 impl std::error::Error for BuildError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.spec

@@ -168,7 +168,7 @@ impl AgentBuilder {
         self
     }
 
-    /// The toolkit set so far. In a [`SubagentFactory::configure`], these are the tools
+    /// The toolkit set so far. In a [`SubagentFactory::configure`](crate::SubagentFactory::configure), these are the tools
     /// the child inherits: narrow them with [`Toolkit::filtered`] (which shares the
     /// instances) and pass the result to [`AgentBuilder::toolkit`]; a different instance
     /// under a name the parent can call fails the spawn.
@@ -372,7 +372,7 @@ impl AgentBuilder {
     /// - [`BuildErrorKind::Mcp`] when MCP servers are declared: without the feature `mcp`
     ///   (the message says it is off), or with it (the message points to `build_async`);
     /// - [`BuildErrorKind::InvalidConfig`] when a subagent's builder (through a
-    ///   [`SubagentFactory`]) declares MCP servers: only the top-level agent can.
+    ///   [`SubagentFactory`](crate::SubagentFactory)) declares MCP servers: only the top-level agent can.
     pub fn build(self) -> Result<Agent, BuildError> {
         self.build_with(None, false)
     }

@@ -104,6 +104,9 @@ pub(crate) trait DelegationPlan: fmt::Debug + Send + Sync + 'static {
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
+/// An installed delegation: the loop's side and the delegation tool.
+pub(crate) type Installed = (Arc<dyn Delegating>, Arc<dyn Tool>);
+
 /// A prepared delegation, installed once the agent's template is known.
 pub(crate) trait PreparedDelegation {
     /// The agent's delegation and its delegation tool; `validate` checks every known
@@ -116,5 +119,5 @@ pub(crate) trait PreparedDelegation {
         self: Box<Self>,
         template: Template,
         validate: bool,
-    ) -> Result<(Arc<dyn Delegating>, Arc<dyn Tool>), BuildError>;
+    ) -> Result<Installed, BuildError>;
 }

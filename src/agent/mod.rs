@@ -56,7 +56,8 @@ mod stream;
 pub use builder::AgentBuilder;
 pub use delegation::ModelResolver;
 pub(crate) use delegation::{
-    ChildBinding, Delegating, DelegationPlan, HookToolFilter, PreparedDelegation, Template,
+    ChildBinding, Delegating, DelegationPlan, HookToolFilter, Installed, PreparedDelegation,
+    Template,
 };
 
 pub use crate::context::{AgentInfo, Extensions, RunContext, StopReason};
@@ -215,11 +216,11 @@ impl Agent {
     /// ended and what it cost.
     ///
     /// # Errors
-    /// A model failure ([`ErrorKind::Model`](crate::ErrorKind::Model)), a failing hook
-    /// with the abort policy ([`ErrorKind::Hook`](crate::ErrorKind::Hook)), too many
-    /// consecutive redos ([`ErrorKind::GotoLimit`](crate::ErrorKind::GotoLimit)),
+    /// A model failure ([`ErrorKind::Model`]), a failing hook
+    /// with the abort policy ([`ErrorKind::Hook`]), too many
+    /// consecutive redos ([`ErrorKind::GotoLimit`]),
     /// invalid input such as a system-role message or a result for a call that is not
-    /// pending ([`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)), or a
+    /// pending ([`ErrorKind::InvalidInput`]), or a
     /// session store failure. Tool failures are not errors. The `Error` event fires
     /// before the error is returned, and memory stays valid.
     pub async fn run(&self, msgs: Vec<Msg>, ctx: RunContext) -> Result<CallOutcome, Error> {
@@ -296,10 +297,10 @@ impl Agent {
     /// before it proceeds.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `messages` hold
+    /// [`ErrorKind::InvalidInput`] when `messages` hold
     /// a system-role message, or a tool use without exactly one later result (except
     /// pending uses in the last assistant message, which the next call resumes or
-    /// marks as not executed); [`ErrorKind::Store`](crate::ErrorKind::Store) when a
+    /// marks as not executed); [`ErrorKind::Store`] when a
     /// configured store cannot load the session (its version is needed to replace it).
     pub async fn set_messages(&self, key: &SessionKey, messages: Vec<Msg>) -> Result<(), Error> {
         memory::check_history(&messages).map_err(Error::invalid_input)?;

@@ -42,11 +42,16 @@ pub enum HookFailureKind {
 }
 
 /// A hook failure as caught by the chain.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum HookFailure {
     /// The hook's own error (a `HookError`), kept as the call error's source.
+    #[error("returned an error: {0}")]
     Error(Box<dyn std::error::Error + Send + Sync>),
+    /// The hook panicked (the panic message).
+    #[error("panicked: {0}")]
     Panic(String),
+    /// The hook ran past its timeout.
+    #[error("timed out after {0:?}")]
     Timeout(Duration),
 }
 
@@ -54,16 +59,6 @@ impl HookFailure {
     /// The hook returned `err`.
     pub(crate) fn error(err: impl std::error::Error + Send + Sync + 'static) -> Self {
         Self::Error(Box::new(err))
-    }
-}
-
-impl fmt::Display for HookFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HookFailure::Error(e) => write!(f, "returned an error: {e}"),
-            HookFailure::Panic(m) => write!(f, "panicked: {m}"),
-            HookFailure::Timeout(d) => write!(f, "timed out after {d:?}"),
-        }
     }
 }
 
@@ -195,6 +190,9 @@ impl fmt::Display for Error {
     }
 }
 
+/// Hand-written rather than `thiserror`: the source is the model error or the boxed
+/// cause, returned as the concrete error (a derived impl would return the `Box`, and
+/// `downcast_ref` to the cause's type would fail).
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         if let Some(m) = &self.inner.model {

@@ -43,6 +43,7 @@ pub use transport::{HttpConfig, RetryPolicy};
 
 use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures::Stream;
 use indexmap::IndexMap;
@@ -302,20 +303,44 @@ pub enum ModelErrorKind {
     Other,
 }
 
-/// A model call failure.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A model call failure: a kind, a message, and the underlying cause when there is
+/// one ([`std::error::Error::source`] returns it as itself, so `downcast_ref` to the
+/// cause's type works).
+///
+/// Equality compares kind and message (a cause is not comparable). Clones share the
+/// cause.
+#[derive(Clone, Debug)]
 pub struct ModelError {
     kind: ModelErrorKind,
     message: String,
+    cause: Option<Arc<dyn std::error::Error + Send + Sync>>,
 }
 
+impl PartialEq for ModelError {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind && self.message == other.message
+    }
+}
+
+impl Eq for ModelError {}
+
 impl ModelError {
-    /// An error of the given kind.
+    /// An error of the given kind, without a cause.
     pub fn new(kind: ModelErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,
             message: message.into(),
+            cause: None,
         }
+    }
+
+    /// This error with `cause` as its [`source`](std::error::Error::source) (replacing
+    /// any earlier cause). Providers attach the transport, decoding or parsing error the
+    /// message describes.
+    #[must_use]
+    pub fn with_source(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.cause = Some(Arc::new(cause));
+        self
     }
 
     /// The error kind.
@@ -335,4 +360,12 @@ impl fmt::Display for ModelError {
     }
 }
 
-impl std::error::Error for ModelError {}
+/// Hand-written rather than `thiserror`: a derived `source` would return the shared
+/// `Arc` itself, and `downcast_ref` to the cause's type would fail.
+impl std::error::Error for ModelError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}

@@ -63,7 +63,8 @@ pub enum SpecErrorKind {
 /// Its `Display` always names the file, then the 1-based file line when known, then the key
 /// when known, e.g. ``subagents/reviewer.md:4: key `tools`: expected a list of tool names or
 /// a comma-separated string, found integer `3` ``.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}{}: {}{}", .file.display(), LinePart(*.line), KeyPart(.key.as_deref()), .message)]
 pub struct SpecError {
     pub(crate) kind: SpecErrorKind,
     pub(crate) file: PathBuf,
@@ -130,18 +131,26 @@ impl SpecError {
     }
 }
 
-impl fmt::Display for SpecError {
+/// `:<line>` when the line is known.
+struct LinePart(Option<usize>);
+
+impl fmt::Display for LinePart {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file.display())?;
-        if let Some(line) = self.line {
-            write!(f, ":{line}")?;
+        match self.0 {
+            Some(line) => write!(f, ":{line}"),
+            None => Ok(()),
         }
-        f.write_str(": ")?;
-        if let Some(key) = &self.key {
-            write!(f, "key `{key}`: ")?;
-        }
-        f.write_str(&self.message)
     }
 }
 
-impl std::error::Error for SpecError {}
+/// ``key `<key>`: `` when the key is known.
+struct KeyPart<'a>(Option<&'a str>);
+
+impl fmt::Display for KeyPart<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(key) => write!(f, "key `{key}`: "),
+            None => Ok(()),
+        }
+    }
+}

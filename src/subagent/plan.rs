@@ -10,7 +10,7 @@ use super::delegate::{Delegation, SpawnTool};
 use super::registry::Registry;
 use super::{SubagentDeclaration, SubagentFactory};
 use crate::agent::{
-    AgentBuilder, Delegating, DelegationPlan, PreparedDelegation, SessionKey, Template,
+    AgentBuilder, Delegating, DelegationPlan, Installed, PreparedDelegation, SessionKey, Template,
 };
 use crate::error::BuildError;
 use crate::tool::{Tool, ToolSchema};
@@ -115,7 +115,7 @@ impl PreparedDelegation for Prepared {
         self: Box<Self>,
         template: Template,
         validate: bool,
-    ) -> Result<(Arc<dyn Delegating>, Arc<dyn Tool>), BuildError> {
+    ) -> Result<Installed, BuildError> {
         let delegation = Arc::new(Delegation::new(self.0, template));
         if validate {
             delegation.validate()?;
@@ -146,7 +146,7 @@ impl AgentBuilder {
     /// checked at `build()`, later changes (judged by file content, not size or mtime)
     /// are picked up before each reasoning step.
     ///
-    /// Fails closed at `build()` ([`BuildErrorKind::Workspace`], naming the path): the
+    /// Fails closed at `build()` ([`BuildErrorKind::Workspace`](crate::BuildErrorKind::Workspace), naming the path): the
     /// folder must exist and be a directory ([`SpecErrorKind::Missing`] otherwise), and
     /// only a `tools.json` with no directory entry at all means "no policy" — a dangling
     /// symlink ([`SpecErrorKind::Missing`]), an unreadable file or a malformed one is an

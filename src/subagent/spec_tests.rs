@@ -1,35 +1,26 @@
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::spec::{
     DeclarationSpec, SpecError, SpecErrorKind, ToolsPolicy, dir_fingerprint, scan_subagents_dir,
 };
 
-/// A unique scratch directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
+/// A scratch directory (`tempfile`): its path, and the guard that removes it on drop.
+struct TempDir(PathBuf, #[allow(dead_code)] tempfile::TempDir);
 
 impl TempDir {
     fn new(label: &str) -> Self {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("rein-spec-test-{}-{label}-{n}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).expect("create temp dir");
-        TempDir(path)
+        let guard = tempfile::Builder::new()
+            .prefix(&format!("rein-spec-{label}-"))
+            .tempdir()
+            .expect("create temp dir");
+        TempDir(guard.path().to_path_buf(), guard)
     }
 
     fn write(&self, name: &str, text: &str) -> PathBuf {
         let path = self.0.join(name);
         fs::write(&path, text).expect("write temp file");
         path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
     }
 }
 

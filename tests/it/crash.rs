@@ -2,23 +2,26 @@
 //! parent kills it with SIGKILL at random moments and checks that every session file is
 //! a complete version — the last acknowledged one or the one after it — never torn.
 //!
-//! The child is this test binary re-executed with `REIN_CRASH_CHILD_DIR` set, running
-//! the ignored test `crash::crash_child_entry_point_saves_sessions_until_killed`. Local
-//! files only; bounded by `REIN_CRASH_ROUNDS` kills (default 25). Print the figures with
-//! `cargo test --test it crash -- --nocapture`.
+//! The child is the binary `rein-crash-child` (`tests/bin/crash_child.rs`, a `[[bin]]`
+//! Cargo builds for the integration tests), given the session directory as its argument.
+//! Local files only; bounded by `REIN_CRASH_ROUNDS` kills (default 25). Print the figures
+//! with `cargo test --test it crash -- --nocapture`.
 
 use std::collections::HashMap;
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use futures::FutureExt;
 use rein::*;
 
 use crate::support::*;
 
-const CHILD_ENV: &str = "REIN_CRASH_CHILD_DIR";
-const SESSIONS: usize = 4;
+#[path = "../bin/crash_shared.rs"]
+mod crash_shared;
+use crash_shared::{SESSIONS, crash_key, expected};
+
+/// The child binary, built by Cargo for this test target.
+const CHILD: &str = env!("CARGO_BIN_EXE_rein-crash-child");
 
 /// A tiny deterministic PRNG (xorshift64*).
 pub struct XorShift(u64);
@@ -39,89 +42,10 @@ impl XorShift {
     }
 }
 
-fn crash_key(i: usize) -> SessionKey {
-    SessionKey::new(Some("crash-user"), &format!("session/{i}"))
-}
-
-/// The exact conversation the child saves as `version` of session `i`: it grows and
-/// shrinks with the version, and ends with a tool use and its result.
-fn expected(i: usize, version: u64) -> Vec<Msg> {
-    let n = 1 + (version % 7) as usize;
-    let pad = "x".repeat(512 * (1 + (version % 5) as usize));
-    let mut msgs = Vec::new();
-    for j in 0..n {
-        let mut m = Msg::user(format!("s{i} v{version} m{j} {pad}"));
-        m.id = format!("m-{i}-{version}-{j}");
-        msgs.push(m);
-    }
-    let mut call = Msg::new(
-        Role::Assistant,
-        vec![ContentBlock::ToolUse(ToolUse {
-            id: format!("t-{version}"),
-            name: "save".into(),
-            input: serde_json::json!({"v": version}),
-        })],
-    );
-    call.id = format!("a-{i}-{version}");
-    let mut result = Msg::tool([ToolResult::new(format!("t-{version}"), "save", "ok")]);
-    result.id = format!("r-{i}-{version}");
-    msgs.push(call);
-    msgs.push(result);
-    msgs
-}
-
-/// Runs only as the crash test's child: saves the sessions round-robin forever,
-/// printing `ack <session> <version>` after each save returned.
-#[test]
-#[ignore = "the child process of the crash test; does nothing without REIN_CRASH_CHILD_DIR"]
-fn crash_child_entry_point_saves_sessions_until_killed() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let store = FileSessionStore::open(dir).unwrap();
-    // No runtime: the store does its file I/O inline, so every future is ready at once.
-    let mut versions: Vec<u64> = (0..SESSIONS)
-        .map(|i| {
-            store
-                .load(&crash_key(i))
-                .now_or_never()
-                .unwrap()
-                .unwrap()
-                .version
-        })
-        .collect();
-    for round in 0.. {
-        let i = round % SESSIONS;
-        let next = versions[i] + 1;
-        let (key, msgs) = (crash_key(i), expected(i, next));
-        let v = store
-            .save(&key, &msgs, versions[i])
-            .now_or_never()
-            .unwrap()
-            .unwrap();
-        assert_eq!(v, next);
-        versions[i] = v;
-        println!("ack {i} {v}");
-    }
-}
-
-/// Runs the ignored test `test` of this binary as a child with `env` set, kills it
-/// with SIGKILL after `after` (no destructor, no flush, no unlock) and returns what it
-/// printed.
-pub fn run_child_until_killed(
-    test: &str,
-    env: (&str, &std::ffi::OsStr),
-    after: Duration,
-) -> String {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            test,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(env.0, env.1)
+/// Runs `command`, kills it with SIGKILL after `after` (no destructor, no flush, no
+/// unlock) and returns what it printed.
+pub fn run_until_killed(mut command: Command, after: Duration) -> String {
+    let mut child = command
         .env("RUST_BACKTRACE", "0")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -139,6 +63,26 @@ pub fn run_child_until_killed(
         .read_to_string(&mut out)
         .unwrap();
     out
+}
+
+/// Runs the ignored test `test` of this binary as a child with `env` set (the audit
+/// crash test's child), kills it with SIGKILL after `after` and returns what it printed.
+pub fn run_child_until_killed(
+    test: &str,
+    env: (&str, &std::ffi::OsStr),
+    after: Duration,
+) -> String {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args([
+            "--exact",
+            test,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(env.0, env.1);
+    run_until_killed(command, after)
 }
 
 #[test]
@@ -164,14 +108,12 @@ fn sigkill_at_random_moments_never_leaves_a_torn_session_file() {
     let started = Instant::now();
     for round in 0..rounds {
         let round_start = std::time::SystemTime::now();
-        let out = run_child_until_killed(
-            "crash::crash_child_entry_point_saves_sessions_until_killed",
-            (CHILD_ENV, dir.path().as_os_str()),
-            Duration::from_millis(20 + rng.below(120)),
-        );
+        let mut child = Command::new(CHILD);
+        child.arg(dir.path());
+        let out = run_until_killed(child, Duration::from_millis(20 + rng.below(120)));
         for line in out.lines() {
-            // The harness prints the test name without a newline before the first ack.
-            let Some(rest) = line.find("ack ").map(|at| &line[at + 4..]) else {
+            // One write per line, shorter than PIPE_BUF: a kill never tears an ack.
+            let Some(rest) = line.strip_prefix("ack ") else {
                 continue;
             };
             let (i, v) = rest.split_once(' ').unwrap();

@@ -12,6 +12,7 @@ mod build;
 mod chain_properties;
 mod crash;
 mod durable;
+mod error_sources;
 mod failure_policy;
 mod faults;
 mod fuzz_inputs;

@@ -11,31 +11,23 @@ use serde_json::json;
 
 use crate::support::*;
 
-/// A unique scratch directory, removed on drop.
-pub struct TempDir(pub PathBuf);
+/// A scratch workspace (`tempfile`) with an empty `subagents/` folder: its path, and the
+/// guard that removes it on drop.
+pub struct TempDir(pub PathBuf, #[allow(dead_code)] tempfile::TempDir);
 
 impl TempDir {
     pub fn new(label: &str) -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "rein-it-{}-{label}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(p.join("subagents")).unwrap();
-        TempDir(p)
+        let guard = tempfile::Builder::new()
+            .prefix(&format!("rein-it-{label}-"))
+            .tempdir()
+            .unwrap();
+        std::fs::create_dir_all(guard.path().join("subagents")).unwrap();
+        TempDir(guard.path().to_path_buf(), guard)
     }
     pub fn write(&self, rel: &str, text: &str) -> PathBuf {
         let path = self.0.join(rel);
         std::fs::write(&path, text).unwrap();
         path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

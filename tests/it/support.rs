@@ -290,29 +290,20 @@ pub fn builder_with_tools(model: &ScriptedModel, tools: Vec<FunctionTool>) -> Ag
 }
 
 /// A fresh directory under the system temp dir, removed on drop.
-pub struct TempDir(std::path::PathBuf);
+pub struct TempDir(tempfile::TempDir);
 
 impl TempDir {
+    /// A fresh directory named after `label`, removed on drop (`tempfile`).
     pub fn new(label: &str) -> Self {
-        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let path =
-            std::env::temp_dir().join(format!("rein-{label}-{}-{n}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
-        Self(path)
+        Self(
+            tempfile::Builder::new()
+                .prefix(&format!("rein-{label}-"))
+                .tempdir()
+                .unwrap(),
+        )
     }
     pub fn path(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.0.path()
     }
 }
 
