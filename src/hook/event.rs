@@ -136,22 +136,8 @@ impl PreSummaryEvent {
 
     /// Replaces the summary call's messages (not persisted).
     pub fn set_messages(&mut self, messages: Vec<Msg>) {
-        if self.meta.recording() && self.messages != messages {
-            let (b, a) = (
-                self.meta.digest(&self.messages),
-                self.meta.digest(&messages),
-            );
-            self.meta.note(
-                EventKind::PreSummary,
-                DecisionKind::MessagesReplaced,
-                "messages",
-                b,
-                a,
-                None,
-                None,
-            );
-        }
-        self.messages = messages.into();
+        self.meta
+            .replace_messages(EventKind::PreSummary, &mut self.messages, messages);
     }
 
     /// The effective options for the summary call.
@@ -161,19 +147,8 @@ impl PreSummaryEvent {
 
     /// Replaces the summary call's options.
     pub fn set_generate_options(&mut self, options: GenerateOptions) {
-        if self.meta.recording() && options != self.options {
-            let (b, a) = (options_text(&self.options), options_text(&options));
-            self.meta.note(
-                EventKind::PreSummary,
-                DecisionKind::OptionsSet,
-                "generate_options",
-                b,
-                a,
-                None,
-                None,
-            );
-        }
-        self.options = options;
+        self.meta
+            .replace_options(EventKind::PreSummary, &mut self.options, options);
     }
 
     /// The iteration limit that was reached.
@@ -221,19 +196,8 @@ impl PostSummaryEvent {
     /// `Assistant`.
     pub fn set_message(&mut self, mut message: Msg) {
         message.role = Role::Assistant;
-        if self.meta.recording() && message != self.message {
-            let (b, a) = (self.meta.digest(&self.message), self.meta.digest(&message));
-            self.meta.note(
-                EventKind::PostSummary,
-                DecisionKind::MessageReplaced,
-                "message",
-                b,
-                a,
-                None,
-                None,
-            );
-        }
-        self.message = message;
+        self.meta
+            .replace_message(EventKind::PostSummary, &mut self.message, message);
     }
 }
 
@@ -309,11 +273,6 @@ impl ErrorEvent {
     pub fn decisions(&self) -> &[Decision] {
         &self.decisions
     }
-}
-
-/// Options shown in full in decision records: they hold no user data.
-pub(super) fn options_text(o: &GenerateOptions) -> String {
-    serde_json::to_string(o).unwrap_or_default()
 }
 
 /// One lifecycle event, as hooks receive it. Match on it to reach the payload's

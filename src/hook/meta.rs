@@ -6,6 +6,8 @@ use std::sync::{Arc, OnceLock};
 use tokio::time::Instant;
 
 use crate::agent::{AgentInfo, RunContext};
+use crate::message::Msg;
+use crate::model::{GenerateOptions, Messages};
 use crate::observe::{Decision, DecisionKind, TrailMode, digest};
 
 /// A hook's name and priority, as the chain knows them (indexed like its entries).
@@ -125,4 +127,76 @@ impl EventMeta {
             tool_call_id: tool_call_id.map(str::to_owned),
         });
     }
+
+    /// Replaces a messages list (`PreReasoning`, `PreSummary`), recording the change.
+    pub(crate) fn replace_messages(
+        &mut self,
+        event: super::EventKind,
+        slot: &mut Messages,
+        messages: Vec<Msg>,
+    ) {
+        if self.recording() && *slot != messages {
+            let (b, a) = (self.digest(&*slot), self.digest(&messages));
+            self.note(
+                event,
+                DecisionKind::MessagesReplaced,
+                "messages",
+                b,
+                a,
+                None,
+                None,
+            );
+        }
+        *slot = messages.into();
+    }
+
+    /// Replaces generate options, recording the change (options in full: they hold no
+    /// user data).
+    pub(crate) fn replace_options(
+        &mut self,
+        event: super::EventKind,
+        slot: &mut GenerateOptions,
+        options: GenerateOptions,
+    ) {
+        if self.recording() && options != *slot {
+            let (b, a) = (options_text(slot), options_text(&options));
+            self.note(
+                event,
+                DecisionKind::OptionsSet,
+                "generate_options",
+                b,
+                a,
+                None,
+                None,
+            );
+        }
+        *slot = options;
+    }
+
+    /// Replaces a model message (`PostReasoning`, `PostSummary`), recording the change.
+    pub(crate) fn replace_message(
+        &mut self,
+        event: super::EventKind,
+        slot: &mut Msg,
+        message: Msg,
+    ) {
+        if self.recording() && message != *slot {
+            let (b, a) = (self.digest(&*slot), self.digest(&message));
+            self.note(
+                event,
+                DecisionKind::MessageReplaced,
+                "message",
+                b,
+                a,
+                None,
+                None,
+            );
+        }
+        *slot = message;
+    }
+}
+
+/// Options shown in full in decision records: they hold no user data.
+fn options_text(o: &GenerateOptions) -> String {
+    serde_json::to_string(o).unwrap_or_default()
 }

@@ -7,7 +7,6 @@ use crate::model::{GenerateOptions, Messages, ModelChunk, Usage};
 use crate::observe::DecisionKind;
 
 use super::EventKind;
-use super::event::options_text;
 use super::meta::EventMeta;
 
 /// Fires before each reasoning model call.
@@ -30,22 +29,8 @@ impl PreReasoningEvent {
 
     /// Replaces the messages for this model call only; memory is not changed.
     pub fn set_messages(&mut self, messages: Vec<Msg>) {
-        if self.meta.recording() && self.messages != messages {
-            let (b, a) = (
-                self.meta.digest(&self.messages),
-                self.meta.digest(&messages),
-            );
-            self.meta.note(
-                EventKind::PreReasoning,
-                DecisionKind::MessagesReplaced,
-                "messages",
-                b,
-                a,
-                None,
-                None,
-            );
-        }
-        self.messages = messages.into();
+        self.meta
+            .replace_messages(EventKind::PreReasoning, &mut self.messages, messages);
     }
 
     /// The effective options: the agent's defaults, then earlier hooks' changes. Never
@@ -58,19 +43,8 @@ impl PreReasoningEvent {
     /// overlay a few fields, merge:
     /// `GenerateOptions::merge(&mine, event.generate_options())`.
     pub fn set_generate_options(&mut self, options: GenerateOptions) {
-        if self.meta.recording() && options != self.options {
-            let (b, a) = (options_text(&self.options), options_text(&options));
-            self.meta.note(
-                EventKind::PreReasoning,
-                DecisionKind::OptionsSet,
-                "generate_options",
-                b,
-                a,
-                None,
-                None,
-            );
-        }
-        self.options = options;
+        self.meta
+            .replace_options(EventKind::PreReasoning, &mut self.options, options);
     }
 
     /// Names of the tools offered to the model, in order.
@@ -128,19 +102,8 @@ impl PostReasoningEvent {
     /// The role is forced to `Assistant`.
     pub fn set_message(&mut self, mut message: Msg) {
         message.role = Role::Assistant;
-        if self.meta.recording() && message != self.message {
-            let (b, a) = (self.meta.digest(&self.message), self.meta.digest(&message));
-            self.meta.note(
-                EventKind::PostReasoning,
-                DecisionKind::MessageReplaced,
-                "message",
-                b,
-                a,
-                None,
-                None,
-            );
-        }
-        self.message = message;
+        self.meta
+            .replace_message(EventKind::PostReasoning, &mut self.message, message);
     }
 
     /// Redo reasoning: the message is stored, then `messages` (typically a correction

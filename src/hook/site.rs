@@ -5,9 +5,9 @@ use crate::agent::AgentInfo;
 use crate::tool::ToolSchema;
 
 /// What a hook is checked against when a top-level agent is built (see
-/// [`Hook::validate_on`]): the agent and every tool it can call. A subagent's tools are
-/// a subset of its parent's (the delegation bound), so a tool name valid here is the
-/// only kind any agent of the tree can call.
+/// [`Hook::validate_on`](super::Hook::validate_on)): the agent and every tool it can
+/// call. A subagent's tools are a subset of its parent's (the delegation bound), so a
+/// tool name valid here is the only kind any agent of the tree can call.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct HookSite<'a> {

@@ -19,7 +19,7 @@ impl FunctionTool {
     /// reject; a recursive type keeps its `$defs`), without the `$schema` key. The
     /// model's arguments are validated against it before `f` runs, like any tool's;
     /// what the schema cannot express and deserialization refuses becomes an error
-    /// result naming the field (`invalid arguments at `items[0].sku`: …`).
+    /// result naming the field (e.g. ``invalid arguments at `items[0].sku`: …``).
     ///
     /// ```
     /// use rein::{FunctionTool, Toolkit};
