@@ -13,6 +13,8 @@
 //! use rein::*;
 //! use serde_json::json;
 //!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let cap = hook_fn(EventKind::PreActing, |event| {
 //!     if let HookEvent::PreActing(e) = event
 //!         && e.tool_use().input["amount"].as_f64().unwrap_or(0.0) > 100.0
@@ -23,8 +25,6 @@
 //! })
 //! .with_name("refund_cap");
 //!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let harness = HookHarness::new(cap)?
 //!     .with_context(RunContext::new().with_user_id("alice"));
 //! let mut event = harness.pre_acting(ToolUse::new("call_1", "refund", json!({"amount": 500})));
