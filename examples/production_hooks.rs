@@ -88,25 +88,27 @@ impl Hook for Transcript {
     }
 }
 
+/// The arguments of `submitRefund` (the tool's JSON Schema is generated from them).
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct RefundArgs {
+    /// The order to refund.
+    order_id: String,
+    /// The amount, in CNY.
+    amount: f64,
+    /// How the money goes back (the tool guard injects it when missing).
+    channel: Option<String>,
+}
+
 fn refund_tool() -> FunctionTool {
-    FunctionTool::new(
+    FunctionTool::typed(
         "submitRefund",
         "Files a refund request; money moves only after human review.",
-        json!({
-            "type": "object",
-            "properties": {
-                "order_id": {"type": "string"},
-                "amount": {"type": "number"},
-                "channel": {"type": "string"}
-            },
-            "required": ["order_id", "amount"]
-        }),
-        |args| async move {
+        |args: RefundArgs| async move {
             Ok(format!(
                 "refund request R-1001 filed for order {} ({} CNY, via {}); pending review",
-                args["order_id"].as_str().unwrap_or("?"),
-                args["amount"],
-                args["channel"].as_str().unwrap_or("?")
+                args.order_id,
+                args.amount,
+                args.channel.as_deref().unwrap_or("?")
             ))
         },
     )

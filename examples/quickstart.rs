@@ -74,27 +74,23 @@ impl Hook for Narrator {
     }
 }
 
+/// The arguments of `add`: the tool's JSON Schema is generated from this type.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct AddArgs {
+    /// The first number.
+    a: f64,
+    /// The second number.
+    b: f64,
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let real = common::real_model()?;
     let mut tools = Toolkit::new();
-    tools.register(FunctionTool::new(
+    tools.register(FunctionTool::typed(
         "add",
         "Adds two numbers.",
-        json!({
-            "type": "object",
-            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
-            "required": ["a", "b"]
-        }),
-        |args| async move {
-            let a = args["a"]
-                .as_f64()
-                .ok_or_else(|| ToolError::new("`a` must be a number"))?;
-            let b = args["b"]
-                .as_f64()
-                .ok_or_else(|| ToolError::new("`b` must be a number"))?;
-            Ok((a + b).to_string())
-        },
+        |args: AddArgs| async move { Ok((args.a + args.b).to_string()) },
     ))?;
 
     // The script: call add(1, 2), then answer; then try add(-5, 3), then apologise.

@@ -31,8 +31,8 @@ impl Hook for Governance {
         Interest::only(EventKind::PreActing) | EventKind::PostCall | EventKind::PreReasoning
     }
 
-    fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        vec![Arc::new(FunctionTool::new(
+    fn tools(&self) -> Vec<SharedTool> {
+        vec![SharedTool::new(FunctionTool::new(
             "delete_logs",
             "Deletes a service's logs.",
             json!({"type": "object", "properties": {"service": {"type": "string"}}, "required": ["service"]}),

@@ -20,7 +20,7 @@ impl DispatchProbe {
     ///
     /// # Errors
     /// As `AgentBuilder::build` for invalid hooks.
-    pub fn new<H: IntoHook>(hooks: impl IntoIterator<Item = H>) -> Result<Self, BuildError> {
+    pub fn new<M, H: IntoHook<M>>(hooks: impl IntoIterator<Item = H>) -> Result<Self, BuildError> {
         let chain = HookChain::build(hooks.into_iter().map(|h| h.into_registered().0), None)?;
         let info = Arc::new(AgentInfo {
             id: "bench".to_owned(),

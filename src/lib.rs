@@ -11,6 +11,10 @@
 //! use rein::*;
 //! use serde_json::json;
 //!
+//! /// The refund tool's arguments; its JSON Schema is generated from them.
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct RefundArgs { order: String, amount: f64 }
+//!
 //! /// Refuses refunds above 100, whatever the model decides.
 //! struct RefundCap;
 //!
@@ -31,14 +35,11 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let mut tools = Toolkit::new();
-//! tools.register(FunctionTool::new(
-//!     "refund",
-//!     "Refunds an order.",
-//!     json!({"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]}),
-//!     |_args| async { Ok("refunded".to_string()) },
-//! ))?;
+//! tools.register(FunctionTool::typed("refund", "Refunds an order.", |args: RefundArgs| async move {
+//!     Ok(format!("refunded {} on {}", args.amount, args.order))
+//! }))?;
 //! let model = ScriptedModel::new([
-//!     ScriptedTurn::tool_call("refund", json!({"amount": 500})),
+//!     ScriptedTurn::tool_call("refund", json!({"order": "A-1", "amount": 500})),
 //!     ScriptedTurn::text("I could not refund that; a colleague will follow up."),
 //! ]);
 //! let agent = Agent::builder().model(model.clone()).toolkit(tools).hook(RefundCap).build()?;
@@ -60,6 +61,9 @@
 //!   chat-completions server) and `anthropic` (`AnthropicModel`); see [`model`].
 //! - [`Tool`]s live in a [`Toolkit`]; their arguments are validated against their JSON
 //!   Schema, and every failure becomes an error result the model can read.
+//!   [`FunctionTool::typed`] generates the schema from a Rust type.
+//! - [`hook_fn`] makes a hook from a closure; [`testing::HookHarness`] unit-tests hooks
+//!   without an agent.
 //! - [`hooks`] is the production hook library: latency percentiles, masking, audit,
 //!   self-correction, tool guard, dynamic options and approval, configured from one
 //!   [`hooks::HooksConfig`].
@@ -99,6 +103,7 @@ pub mod model;
 pub mod observe;
 mod strict;
 pub mod subagent;
+pub mod testing;
 pub mod tool;
 mod util;
 
@@ -116,6 +121,7 @@ pub use hook::{
     ReasoningChunkEvent, SummaryChunkEvent, SyncHook,
 };
 pub use hook::{Decision, DecisionKind};
+pub use hook::{HookFn, HookSettings, hook_fn};
 pub use message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
 #[cfg(feature = "anthropic")]
 pub use model::{AnthropicModel, AnthropicModelBuilder};
@@ -132,6 +138,7 @@ pub use subagent::{
     SubagentFactory,
 };
 pub use subagent::{SubagentWorkspace, WorkspaceMode};
+pub use tool::SharedTool;
 pub use tool::{
     FunctionTool, IntoTool, Tool, ToolContext, ToolError, ToolSchema, Toolkit, ToolkitError,
 };

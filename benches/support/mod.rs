@@ -149,7 +149,7 @@ pub fn base_builder() -> AgentBuilder {
 }
 
 /// The W1 agent with `hooks` hooks made by `make`.
-pub fn w1_agent_with<H: IntoHook>(hooks: usize, make: impl Fn() -> H) -> Agent {
+pub fn w1_agent_with<M, H: IntoHook<M>>(hooks: usize, make: impl Fn() -> H) -> Agent {
     (0..hooks)
         .fold(base_builder(), |b, _| b.hook(make()))
         .build()

@@ -37,7 +37,7 @@ pub struct AgentBuilder {
     pub(crate) hook_timeout: Option<Duration>,
     pub(crate) limits: Limits,
     pub(crate) stream_release: StreamRelease,
-    pub(crate) store: Option<Arc<dyn SessionStore>>,
+    pub(crate) store: Option<Arc<dyn super::store::DynSessionStore>>,
     pub(crate) workspace: Option<PathBuf>,
     /// What the delegation layer declared (subagents, factories, the general-purpose
     /// subagent, a workspace's `subagents/`; for a child, its parent's registry).
@@ -176,9 +176,10 @@ impl AgentBuilder {
         &self.toolkit
     }
 
-    /// Adds a hook: a value, or an `Arc` of one (the same `Arc` added twice, here or
-    /// through a registry, runs once per event).
-    pub fn hook(mut self, h: impl IntoHook) -> Self {
+    /// Adds a hook — a [`Hook`](crate::Hook) or [`SyncHook`](crate::SyncHook) value, or an
+    /// `Arc` of one (the same `Arc` added twice, here or through a registry, runs once
+    /// per event).
+    pub fn hook<M>(mut self, h: impl IntoHook<M>) -> Self {
         self.hooks.push(h.into_registered().0);
         self
     }

@@ -18,7 +18,7 @@ use crate::error::BuildError;
 use crate::hook::RegisteredHook;
 use crate::model::{GenerateOptions, Model};
 use crate::tool::policy::ToolsPolicy;
-use crate::tool::{Tool, ToolSchema, Toolkit};
+use crate::tool::{SharedTool, ToolSchema, Toolkit};
 
 /// Resolves the `model` name of a subagent declaration to a model; `None` keeps the
 /// parent's model (with a warning). Set with
@@ -105,7 +105,7 @@ pub(crate) trait DelegationPlan: fmt::Debug + Send + Sync + 'static {
 }
 
 /// An installed delegation: the loop's side and the delegation tool.
-pub(crate) type Installed = (Arc<dyn Delegating>, Arc<dyn Tool>);
+pub(crate) type Installed = (Arc<dyn Delegating>, SharedTool);
 
 /// A prepared delegation, installed once the agent's template is known.
 pub(crate) trait PreparedDelegation {

@@ -5,7 +5,6 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use super::memory::SessionKey;
@@ -156,19 +155,19 @@ impl FileSessionStore {
 }
 
 impl SessionStore for FileSessionStore {
-    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
+    async fn load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
         let paths = self.paths(key);
         let owned = key.clone();
-        Box::pin(blocking(key, move || load_file(&owned, &paths.data)))
+        blocking(key, move || load_file(&owned, &paths.data)).await
     }
 
-    fn save<'a>(
-        &'a self,
-        key: &'a SessionKey,
-        messages: &'a [Msg],
+    async fn save(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
         expected_version: u64,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(async move {
+    ) -> Result<u64, StoreError> {
+        {
             let version = next_version(key, expected_version)?;
             let bytes = serde_json::to_vec(&FileOut {
                 format: FORMAT,
@@ -186,7 +185,7 @@ impl SessionStore for FileSessionStore {
                 save_file(&owned, &paths, &bytes, expected_version, version)
             })
             .await
-        })
+        }
     }
 }
 

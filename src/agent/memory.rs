@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::OwnedMutexGuard;
 
-use super::store::{SessionStore, StoreError, StoreErrorKind};
+use super::store::{DynSessionStore, StoreError, StoreErrorKind};
 
 use crate::message::{ContentBlock, Msg, Role, ToolResult, ToolUse};
 
@@ -61,7 +61,7 @@ impl Conversation {
     /// reloads the stored one (whoever saved it wins; this agent never overwrites it).
     pub(crate) async fn persist(
         &mut self,
-        store: &dyn SessionStore,
+        store: &dyn DynSessionStore,
         key: &SessionKey,
     ) -> Result<(), StoreError> {
         match store.save(key, &self.messages, self.version).await {
@@ -87,7 +87,7 @@ impl Conversation {
     /// A conflict while saving leftovers is logged and the stored session wins.
     pub(crate) async fn sync(
         &mut self,
-        store: &dyn SessionStore,
+        store: &dyn DynSessionStore,
         key: &SessionKey,
     ) -> Result<(), StoreError> {
         if self.loaded && self.dirty {
@@ -109,7 +109,7 @@ impl Conversation {
     /// [`StoreErrorKind::Corrupt`].
     pub(crate) async fn load_if_needed(
         &mut self,
-        store: &dyn SessionStore,
+        store: &dyn DynSessionStore,
         key: &SessionKey,
     ) -> Result<(), StoreError> {
         if !self.loaded {
@@ -132,7 +132,7 @@ impl Conversation {
 
 /// Where a call's conversation is saved when the call is dropped.
 pub(crate) struct Persistence {
-    pub(crate) store: Arc<dyn SessionStore>,
+    pub(crate) store: Arc<dyn DynSessionStore>,
     pub(crate) key: SessionKey,
     pub(crate) slot: Arc<tokio::sync::Mutex<Conversation>>,
 }

@@ -159,7 +159,7 @@ pub(crate) struct AgentInner {
     /// [`StreamRelease::AfterAcceptance`]: deltas are sent after the post-hooks.
     pub(crate) hold_deltas: bool,
     pub(crate) sessions: Sessions,
-    pub(crate) store: Option<Arc<dyn SessionStore>>,
+    pub(crate) store: Option<Arc<dyn store::DynSessionStore>>,
     /// Present when the agent can delegate (it then has the `agent_spawn` tool).
     pub(crate) delegation: Option<Arc<dyn Delegating>>,
     /// Record decisions on every call (also recorded when a subscriber listens).

@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::future::BoxFuture;
@@ -155,7 +156,51 @@ impl StoredSession {
 ///
 /// Implementations must make `save` atomic with respect to `load` (a load sees the old
 /// or the new messages, never a mix) and must compare the version and write as one
-/// step with respect to other savers.
+/// step with respect to other savers. Implement both methods with `async fn`; the agent
+/// erases the futures at one private boundary (boxed, once per load or save).
+///
+/// ```
+/// use rein::*;
+/// use std::collections::HashMap;
+/// use std::sync::Mutex;
+///
+/// /// Sessions in a map, behind a lock (a real store would use a database row with a
+/// /// version column and `UPDATE … WHERE version = expected`).
+/// #[derive(Default)]
+/// struct MapStore(Mutex<HashMap<SessionKey, StoredSession>>);
+///
+/// impl SessionStore for MapStore {
+///     async fn load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
+///         let map = self.0.lock().map_err(|_| StoreError::new(key, "poisoned"))?;
+///         Ok(map.get(key).cloned().unwrap_or_default())
+///     }
+///
+///     async fn save(
+///         &self,
+///         key: &SessionKey,
+///         messages: &[Msg],
+///         expected_version: u64,
+///     ) -> Result<u64, StoreError> {
+///         let mut map = self.0.lock().map_err(|_| StoreError::new(key, "poisoned"))?;
+///         let found = map.get(key).map_or(0, |s| s.version);
+///         if found != expected_version {
+///             return Err(StoreError::conflict(key, expected_version, found));
+///         }
+///         map.insert(key.clone(), StoredSession::new(messages.to_vec(), found + 1));
+///         Ok(found + 1)
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let agent = Agent::builder()
+///     .model(ScriptedModel::new([ScriptedTurn::text("hello")]))
+///     .session_store(MapStore::default())
+///     .build()?;
+/// agent.call_with(vec![Msg::user("hi")], RunContext::new().with_session_id("s1")).await?;
+/// assert_eq!(agent.messages(&SessionKey::new(None, "s1")).await.len(), 2);
+/// # Ok(()) }
+/// ```
 pub trait SessionStore: Send + Sync + 'static {
     /// The stored messages and version of a session; version `0` and no messages when
     /// it was never saved.
@@ -163,7 +208,10 @@ pub trait SessionStore: Send + Sync + 'static {
     /// # Errors
     /// [`StoreErrorKind::Io`] when the storage cannot be read, [`StoreErrorKind::Corrupt`]
     /// when what is stored cannot be decoded.
-    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>>;
+    fn load(
+        &self,
+        key: &SessionKey,
+    ) -> impl Future<Output = Result<StoredSession, StoreError>> + Send;
 
     /// Replaces the stored messages of a session if its stored version is still
     /// `expected_version`, and returns the new version (`expected_version + 1`).
@@ -171,6 +219,37 @@ pub trait SessionStore: Send + Sync + 'static {
     /// # Errors
     /// [`StoreErrorKind::Conflict`] (nothing written) when the stored version differs;
     /// [`StoreErrorKind::Io`] when writing fails (the old version is then still stored).
+    fn save(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
+        expected_version: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+impl<S: SessionStore> SessionStore for Arc<S> {
+    fn load(
+        &self,
+        key: &SessionKey,
+    ) -> impl Future<Output = Result<StoredSession, StoreError>> + Send {
+        SessionStore::load(&**self, key)
+    }
+
+    fn save(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
+        expected_version: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        SessionStore::save(&**self, key, messages, expected_version)
+    }
+}
+
+/// The object-safe twin of [`SessionStore`]: the one place store futures are erased
+/// (the agent holds its store as `Arc<dyn DynSessionStore>`). Private to the crate.
+pub(crate) trait DynSessionStore: Send + Sync + 'static {
+    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>>;
+
     fn save<'a>(
         &'a self,
         key: &'a SessionKey,
@@ -179,9 +258,9 @@ pub trait SessionStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<u64, StoreError>>;
 }
 
-impl<S: SessionStore + ?Sized> SessionStore for Arc<S> {
+impl<S: SessionStore> DynSessionStore for S {
     fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
-        (**self).load(key)
+        Box::pin(SessionStore::load(self, key))
     }
 
     fn save<'a>(
@@ -190,7 +269,7 @@ impl<S: SessionStore + ?Sized> SessionStore for Arc<S> {
         messages: &'a [Msg],
         expected_version: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        (**self).save(key, messages, expected_version)
+        Box::pin(SessionStore::save(self, key, messages, expected_version))
     }
 }
 
@@ -237,28 +316,24 @@ impl InMemorySessionStore {
 }
 
 impl SessionStore for InMemorySessionStore {
-    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
-        let stored = self.lock().get(key).cloned().unwrap_or_default();
-        Box::pin(std::future::ready(Ok(stored)))
+    async fn load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
+        Ok(self.lock().get(key).cloned().unwrap_or_default())
     }
 
-    fn save<'a>(
-        &'a self,
-        key: &'a SessionKey,
-        messages: &'a [Msg],
+    async fn save(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
         expected_version: u64,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        let result = (|| {
-            let mut sessions = self.lock();
-            let found = sessions.get(key).map_or(0, |s| s.version);
-            if found != expected_version {
-                return Err(StoreError::conflict(key, expected_version, found));
-            }
-            let version = next_version(key, expected_version)?;
-            sessions.insert(key.clone(), StoredSession::new(messages.to_vec(), version));
-            Ok(version)
-        })();
-        Box::pin(std::future::ready(result))
+    ) -> Result<u64, StoreError> {
+        let mut sessions = self.lock();
+        let found = sessions.get(key).map_or(0, |s| s.version);
+        if found != expected_version {
+            return Err(StoreError::conflict(key, expected_version, found));
+        }
+        let version = next_version(key, expected_version)?;
+        sessions.insert(key.clone(), StoredSession::new(messages.to_vec(), version));
+        Ok(version)
     }
 }
 

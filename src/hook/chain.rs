@@ -8,8 +8,9 @@ use futures::FutureExt;
 
 use crate::error::{BuildError, Error, HookFailure};
 
-use super::event::HookLabel;
-use super::{DynHook, EventKind, FailurePolicy, HookEvent, Interest, RegisteredHook};
+use super::erase::{ErasedHook, RegisteredHook};
+use super::meta::HookLabel;
+use super::{EventKind, FailurePolicy, HookEvent, Interest};
 
 /// A hook with the settings read from it once, at build time.
 #[derive(Clone)]
@@ -20,15 +21,19 @@ pub(crate) struct HookEntry {
     pub(crate) interest: Interest,
     pub(crate) policy: FailurePolicy,
     pub(crate) timeout: Option<Duration>,
-    /// A [`SyncHook`](super::SyncHook): called without a future.
-    pub(crate) sync: bool,
     /// Whether subagents inherit this hook.
     pub(crate) propagate: bool,
 }
 
 impl HookEntry {
-    pub(crate) fn hook(&self) -> &Arc<dyn DynHook> {
+    pub(crate) fn hook(&self) -> &ErasedHook {
         &self.registered.hook
+    }
+
+    /// Whether the hook is a [`SyncHook`](super::SyncHook) (called without a future).
+    #[inline]
+    fn is_sync(&self) -> bool {
+        matches!(self.registered.hook, ErasedHook::Sync(_))
     }
 }
 
@@ -66,24 +71,22 @@ impl HookChain {
             if !seen.insert(reg.identity) {
                 continue;
             }
-            let hook = &reg.hook;
-            let name: Arc<str> = Arc::from(hook.name());
-            hook.validate()
-                .map_err(|e| BuildError::invalid_hook(&name, e.to_string()))?;
-            let sync = hook.is_sync();
+            let settings = reg.hook.settings();
+            reg.hook
+                .validate()
+                .map_err(|e| BuildError::invalid_hook(&settings.name, e.to_string()))?;
             entries.push(HookEntry {
-                name,
-                priority: hook.priority(),
-                interest: hook.interest(),
-                policy: hook.failure_policy(),
+                name: settings.name,
+                priority: settings.priority,
+                interest: settings.interest,
+                policy: settings.failure_policy,
                 // A sync hook cannot be suspended, so no timeout can apply to it.
-                timeout: if sync {
+                timeout: if settings.sync {
                     None
                 } else {
-                    hook.timeout().or(default_timeout)
+                    settings.timeout.or(default_timeout)
                 },
-                sync,
-                propagate: hook.propagate_to_subagents(),
+                propagate: settings.propagate_to_subagents,
                 registered: reg,
             });
         }
@@ -106,7 +109,7 @@ impl HookChain {
         let sync_only = EventKind::ALL.map(|kind| {
             by_kind[kind as usize]
                 .iter()
-                .all(|&i| entries[usize::from(i)].sync)
+                .all(|&i| entries[usize::from(i)].is_sync())
         });
         let labels = entries
             .iter()
@@ -285,7 +288,7 @@ impl HookChain {
         let mut pos = from;
         loop {
             let &i = list.get(pos)?;
-            if self.entries[usize::from(i)].sync {
+            if self.entries[usize::from(i)].is_sync() {
                 // Runs of sync hooks go through a plain loop (its state stays in
                 // registers); only an async hook makes this future suspend.
                 pos = match self.run_sync(event, list, pos) {
@@ -297,7 +300,14 @@ impl HookChain {
             let at = pos;
             let entry = &self.entries[usize::from(list[at])];
             event.meta_mut().current = Some(list[at]);
-            let fut = entry.hook().on_event_erased(event);
+            let fut = match entry.hook() {
+                ErasedHook::Async(hook) => hook.on_event_erased(event),
+                // Unreachable (`run_sync` ran every sync hook up to here), and correct
+                // anyway: a sync hook's outcome as a ready future.
+                ErasedHook::Sync(hook) => {
+                    stackfuture::StackFuture::from_or_box(std::future::ready(hook.on_event(event)))
+                }
+            };
             let outcome = match entry.timeout {
                 None => fut.await.map_err(HookFailure::error),
                 Some(limit) => match tokio::time::timeout(limit, fut).await {
@@ -316,12 +326,11 @@ impl HookChain {
     /// or the end.
     fn run_sync(&self, event: &mut HookEvent, list: &[u16], from: usize) -> SyncRun {
         for (at, &i) in list.iter().enumerate().skip(from) {
-            let entry = &self.entries[usize::from(i)];
-            if !entry.sync {
+            let ErasedHook::Sync(hook) = self.entries[usize::from(i)].hook() else {
                 return SyncRun::Async(at);
-            }
+            };
             event.meta_mut().current = Some(i);
-            if let Err(e) = entry.hook().on_event_sync(event) {
+            if let Err(e) = hook.on_event(event) {
                 return SyncRun::Failed(at, HookFailure::error(e));
             }
         }

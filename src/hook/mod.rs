@@ -34,111 +34,52 @@
 //! hook's future at that single boundary, only for hooks subscribed to the event being
 //! dispatched: a future of up to 64 bytes is stored inline (no allocation), a larger
 //! one is boxed. A [`SyncHook`] — a hook that never awaits — skips futures entirely:
-//! the chain calls it like a plain virtual function. Panics are caught once per event
+//! it is registered through an adapter (the marker type of [`IntoHook`] picks it), and
+//! the chain calls it like a plain virtual function. Each hook's settings (name,
+//! priority, interest, failure policy, timeout, propagation) are read into one
+//! [`HookSettings`] value when the agent is built; the chain reads nothing else from
+//! the hook until it calls it. Panics are caught once per event
 //! (not per hook) and attributed to the hook that was running.
+//!
+//! # Closure hooks and unit tests
+//! [`hook_fn`] makes a (sync) hook from a closure, for one kind or an [`Interest`];
+//! [`crate::testing::HookHarness`] builds events with a run context and dispatches them
+//! through a chain built like an agent's, so a hook is unit-tested without an agent.
 
+mod acting;
 mod chain;
 mod decision;
+mod erase;
 mod event;
+mod func;
+mod kind;
+mod meta;
+mod reasoning;
 mod registry;
+mod site;
 
+pub use acting::{ActingChunkEvent, PostActingEvent, PreActingEvent};
 pub(crate) use chain::HookChain;
 pub use decision::{Decision, DecisionKind};
 pub(crate) use decision::{TrailMode, emit_decision};
-pub(crate) use event::EventMeta;
+pub(crate) use erase::RegisteredHook;
+pub use erase::{HookSettings, IntoHook, RegisteredHookHandle, marker};
 pub use event::{
-    ActingChunkEvent, ErrorEvent, HookEvent, PostActingEvent, PostCallEvent, PostReasoningEvent,
-    PostSummaryEvent, PreActingEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent,
-    ReasoningChunkEvent, SummaryChunkEvent,
+    ErrorEvent, HookEvent, PostCallEvent, PostSummaryEvent, PreCallEvent, PreSummaryEvent,
+    SummaryChunkEvent,
 };
+pub use func::{HookFn, hook_fn};
+pub use kind::{EventKind, Interest};
+pub(crate) use meta::EventMeta;
+pub use reasoning::{PostReasoningEvent, PreReasoningEvent, ReasoningChunkEvent};
 pub use registry::{HookRegistry, RegistrationGuard};
+pub use site::HookSite;
 
 use std::fmt;
 use std::future::Future;
-use std::ops::BitOr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::context::AgentInfo;
-pub use crate::context::EventKind;
-use crate::tool::{Tool, ToolSchema};
-
-/// What a hook is checked against when a top-level agent is built (see
-/// [`Hook::validate_on`]): the agent and every tool it can call. A subagent's tools are
-/// a subset of its parent's (the delegation bound), so a tool name valid here is the
-/// only kind any agent of the tree can call.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct HookSite<'a> {
-    /// The agent the hook is installed on.
-    pub agent: &'a AgentInfo,
-    /// The tools the agent can call (its own, hook-contributed, MCP and the delegation
-    /// tool), with their argument schemas.
-    pub tools: &'a [ToolSchema],
-}
-
-impl HookSite<'_> {
-    /// Whether the agent has a tool with this name.
-    pub fn has_tool(&self, name: &str) -> bool {
-        self.tools.iter().any(|t| t.name == name)
-    }
-
-    /// The JSON Schema of a tool's arguments.
-    pub fn schema(&self, name: &str) -> Option<&serde_json::Value> {
-        self.tools
-            .iter()
-            .find(|t| t.name == name)
-            .map(|t| &t.parameters)
-    }
-
-    /// Checks that `name` (configured under `key`, e.g. `approval.guarded_tools[0]`)
-    /// is a tool of the agent; the error names the key and suggests the closest tool.
-    pub fn expect_tool(&self, key: &str, name: &str) -> Result<(), HookError> {
-        if self.has_tool(name) {
-            return Ok(());
-        }
-        let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
-        let hint = closest(name, &names)
-            .map(|c| format!("; did you mean `{c}`?"))
-            .unwrap_or_default();
-        Err(HookError::new(format!(
-            "{key}: no tool `{name}` on agent `{}` (its tools: [{}]){hint}",
-            self.agent.name,
-            names.join(", ")
-        )))
-    }
-}
-
-/// The candidate nearest to `name` (case-insensitive edit distance), if near enough to
-/// be a likely typo.
-fn closest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    let lower = name.to_lowercase();
-    candidates
-        .iter()
-        .map(|c| (edit_distance(&lower, &c.to_lowercase()), *c))
-        .filter(|(d, c)| *d <= (c.len().max(name.len()) / 3).max(2))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                prev
-            } else {
-                1 + prev.min(row[j]).min(cur)
-            };
-            prev = cur;
-        }
-    }
-    row[b.len()]
-}
+use crate::tool::SharedTool;
 
 /// A lifecycle hook.
 ///
@@ -222,7 +163,7 @@ pub trait Hook: Send + Sync + 'static {
     /// Tools this hook contributes. Called once per `build()` of each agent the hook is
     /// installed on; the tools are registered on that agent's own copy of the toolkit.
     /// A name clash with an existing tool is a build error. Default: none.
-    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+    fn tools(&self) -> Vec<SharedTool> {
         Vec::new()
     }
 
@@ -230,32 +171,22 @@ pub trait Hook: Send + Sync + 'static {
     /// error is handled per [`Hook::failure_policy`].
     fn on_event(&self, event: &mut HookEvent)
     -> impl Future<Output = Result<(), HookError>> + Send;
-
-    /// Set by the blanket implementation for [`SyncHook`]s only: the chain then calls
-    /// [`Hook::__rein_on_event_sync`] instead of creating a future. Not for overriding.
-    #[doc(hidden)]
-    const __REIN_SYNC: bool = false;
-
-    /// The synchronous handler of a [`SyncHook`]; never called for other hooks. Not for
-    /// overriding.
-    #[doc(hidden)]
-    fn __rein_on_event_sync(&self, _event: &mut HookEvent) -> Result<(), HookError> {
-        Ok(())
-    }
 }
 
 /// A hook that handles every event without awaiting: the fast way to write the many
 /// hooks that decide from the event alone (guards, rewrites, masking, counters).
 ///
-/// Every `SyncHook` is a [`Hook`] (a blanket implementation forwards each setting), so
-/// it is registered, ordered, deduplicated, inherited by subagents and fails exactly
-/// like one. The difference is the call: the chain calls
-/// [`SyncHook::on_event`] directly — no future is created, nothing is erased or
-/// allocated — which makes an invocation cost about as much as a virtual call. Panics
-/// are caught as for any hook. Because the call cannot be suspended, no timeout
-/// applies ([`Hook::timeout`] is `None` and the agent's hook timeout is not used): a
-/// sync hook must not block. Use [`Hook`] for anything that waits (I/O, a human, a
-/// lock held across other work).
+/// A `SyncHook` is registered exactly where a [`Hook`] is (`AgentBuilder::hook`,
+/// [`HookRegistry`], a subagent declaration: they take any [`IntoHook`]), and is
+/// ordered, deduplicated, inherited by subagents and fails exactly like one. The
+/// difference is the call: the chain calls [`SyncHook::on_event`] directly — no future
+/// is created, nothing is erased or allocated — which makes an invocation cost about as
+/// much as a virtual call. Panics are caught as for any hook. Because the call cannot be
+/// suspended, no timeout applies (the agent's hook timeout is not used): a sync hook
+/// must not block. Use [`Hook`] for anything that waits (I/O, a human, a lock held
+/// across other work). A type implements one of the two traits, not both (registering
+/// a type that implements both is ambiguous, a compile error). For a one-off sync hook
+/// without a type of its own, see [`hook_fn`].
 ///
 /// ```
 /// use rein::{EventKind, HookError, HookEvent, Interest, SyncHook};
@@ -313,7 +244,7 @@ pub trait SyncHook: Send + Sync + 'static {
     }
 
     /// As [`Hook::tools`]. Default: none.
-    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+    fn tools(&self) -> Vec<SharedTool> {
         Vec::new()
     }
 
@@ -322,46 +253,8 @@ pub trait SyncHook: Send + Sync + 'static {
     fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError>;
 }
 
-impl<T: SyncHook> Hook for T {
-    fn name(&self) -> &str {
-        SyncHook::name(self)
-    }
-    fn priority(&self) -> i32 {
-        SyncHook::priority(self)
-    }
-    fn interest(&self) -> Interest {
-        SyncHook::interest(self)
-    }
-    fn failure_policy(&self) -> FailurePolicy {
-        SyncHook::failure_policy(self)
-    }
-    fn timeout(&self) -> Option<Duration> {
-        None
-    }
-    fn propagate_to_subagents(&self) -> bool {
-        SyncHook::propagate_to_subagents(self)
-    }
-    fn validate(&self) -> Result<(), HookError> {
-        SyncHook::validate(self)
-    }
-    fn validate_on(&self, site: &HookSite<'_>) -> Result<(), HookError> {
-        SyncHook::validate_on(self, site)
-    }
-    fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        SyncHook::tools(self)
-    }
-    async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
-        SyncHook::on_event(self, event)
-    }
-    const __REIN_SYNC: bool = true;
-    #[inline]
-    fn __rein_on_event_sync(&self, event: &mut HookEvent) -> Result<(), HookError> {
-        SyncHook::on_event(self, event)
-    }
-}
-
 /// `a::b::Foo<c::D>` → `Foo<c::D>`.
-fn short_type_name(full: &str) -> &str {
+pub(crate) fn short_type_name(full: &str) -> &str {
     let head = full.find('<').unwrap_or(full.len());
     match full[..head].rfind("::") {
         Some(i) => &full[i + 2..],
@@ -378,73 +271,6 @@ pub enum FailurePolicy {
     Abort,
     /// The failure is logged with `tracing` and the call continues.
     Ignore,
-}
-
-/// A set of [`EventKind`]s a hook subscribes to.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Interest(u16);
-
-impl Interest {
-    /// No events.
-    pub const NONE: Interest = Interest(0);
-    /// Every event kind.
-    pub const ALL: Interest = Interest((1 << 12) - 1);
-    /// Every kind except the three chunk kinds.
-    pub const LIFECYCLE: Interest = Interest(
-        Self::ALL.0
-            & !(1 << EventKind::ReasoningChunk as u16)
-            & !(1 << EventKind::ActingChunk as u16)
-            & !(1 << EventKind::SummaryChunk as u16),
-    );
-
-    /// Exactly one kind.
-    pub const fn only(kind: EventKind) -> Interest {
-        Interest(1 << kind as u16)
-    }
-
-    /// This set plus `kind`.
-    #[must_use]
-    pub const fn with(self, kind: EventKind) -> Interest {
-        Interest(self.0 | 1 << kind as u16)
-    }
-
-    /// This set minus `kind`.
-    #[must_use]
-    pub const fn without(self, kind: EventKind) -> Interest {
-        Interest(self.0 & !(1 << kind as u16))
-    }
-
-    /// The set of the given kinds.
-    pub fn of(kinds: impl IntoIterator<Item = EventKind>) -> Interest {
-        kinds.into_iter().fold(Interest::NONE, Interest::with)
-    }
-
-    /// Whether `kind` is in the set.
-    pub const fn contains(self, kind: EventKind) -> bool {
-        self.0 & (1 << kind as u16) != 0
-    }
-}
-
-impl BitOr for Interest {
-    type Output = Interest;
-    fn bitor(self, rhs: Interest) -> Interest {
-        Interest(self.0 | rhs.0)
-    }
-}
-
-impl BitOr<EventKind> for Interest {
-    type Output = Interest;
-    fn bitor(self, rhs: EventKind) -> Interest {
-        self.with(rhs)
-    }
-}
-
-impl fmt::Debug for Interest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set()
-            .entries(EventKind::ALL.iter().filter(|k| self.contains(**k)))
-            .finish()
-    }
 }
 
 /// An error a hook returns.
@@ -487,107 +313,5 @@ impl std::error::Error for HookError {
         self.source
             .as_deref()
             .map(|e| e as &(dyn std::error::Error + 'static))
-    }
-}
-
-/// Inline capacity for a hook's future: futures up to this size (and pointer
-/// alignment) are erased without allocating; larger ones are boxed.
-const INLINE_FUTURE: usize = 64;
-
-/// A type-erased hook future: inline when it fits, boxed otherwise.
-pub(crate) type ErasedHookFuture<'a> =
-    stackfuture::StackFuture<'a, Result<(), HookError>, INLINE_FUTURE>;
-
-/// The object-safe twin of [`Hook`]: the one place hook futures are erased.
-pub(crate) trait DynHook: Send + Sync + 'static {
-    fn on_event_erased<'a>(&'a self, event: &'a mut HookEvent) -> ErasedHookFuture<'a>;
-    /// Whether this is a [`SyncHook`] (call [`DynHook::on_event_sync`] instead).
-    fn is_sync(&self) -> bool;
-    fn on_event_sync(&self, event: &mut HookEvent) -> Result<(), HookError>;
-    fn name(&self) -> &str;
-    fn priority(&self) -> i32;
-    fn interest(&self) -> Interest;
-    fn failure_policy(&self) -> FailurePolicy;
-    fn timeout(&self) -> Option<Duration>;
-    fn propagate_to_subagents(&self) -> bool;
-    fn validate(&self) -> Result<(), HookError>;
-    fn validate_on(&self, site: &HookSite<'_>) -> Result<(), HookError>;
-    fn tools(&self) -> Vec<Arc<dyn Tool>>;
-}
-
-impl<H: Hook> DynHook for H {
-    fn on_event_erased<'a>(&'a self, event: &'a mut HookEvent) -> ErasedHookFuture<'a> {
-        stackfuture::StackFuture::from_or_box(Hook::on_event(self, event))
-    }
-    fn is_sync(&self) -> bool {
-        H::__REIN_SYNC
-    }
-    fn on_event_sync(&self, event: &mut HookEvent) -> Result<(), HookError> {
-        Hook::__rein_on_event_sync(self, event)
-    }
-    fn name(&self) -> &str {
-        Hook::name(self)
-    }
-    fn priority(&self) -> i32 {
-        Hook::priority(self)
-    }
-    fn interest(&self) -> Interest {
-        Hook::interest(self)
-    }
-    fn failure_policy(&self) -> FailurePolicy {
-        Hook::failure_policy(self)
-    }
-    fn timeout(&self) -> Option<Duration> {
-        Hook::timeout(self)
-    }
-    fn propagate_to_subagents(&self) -> bool {
-        Hook::propagate_to_subagents(self)
-    }
-    fn validate(&self) -> Result<(), HookError> {
-        Hook::validate(self)
-    }
-    fn validate_on(&self, site: &HookSite<'_>) -> Result<(), HookError> {
-        Hook::validate_on(self, site)
-    }
-    fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        Hook::tools(self)
-    }
-}
-
-/// A hook as registered: the erased instance plus its identity for deduplication.
-#[derive(Clone)]
-pub(crate) struct RegisteredHook {
-    pub(crate) hook: Arc<dyn DynHook>,
-    /// Address of the shared allocation: equal for clones of one `Arc`.
-    pub(crate) identity: usize,
-}
-
-impl RegisteredHook {
-    fn new(hook: Arc<dyn DynHook>) -> Self {
-        let identity = Arc::as_ptr(&hook) as *const () as usize;
-        Self { hook, identity }
-    }
-}
-
-/// Conversion into a registered hook: implemented for every [`Hook`] value (a fresh
-/// instance) and for `Arc<H>` (a shared instance, deduplicated by `Arc` identity).
-pub trait IntoHook {
-    #[doc(hidden)]
-    fn into_registered(self) -> RegisteredHookHandle;
-}
-
-/// Opaque registration handle produced by [`IntoHook`].
-#[doc(hidden)]
-pub struct RegisteredHookHandle(pub(crate) RegisteredHook);
-
-impl<H: Hook> IntoHook for H {
-    fn into_registered(self) -> RegisteredHookHandle {
-        RegisteredHookHandle(RegisteredHook::new(Arc::new(self)))
-    }
-}
-
-impl<H: Hook> IntoHook for Arc<H> {
-    fn into_registered(self) -> RegisteredHookHandle {
-        RegisteredHookHandle(RegisteredHook::new(self))
     }
 }

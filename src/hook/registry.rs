@@ -25,6 +25,38 @@ struct Entry {
 /// limited time (a test, a maintenance window), use [`HookRegistry::register_scoped`]:
 /// the hook is removed when the returned guard drops, even when the scope unwinds from a
 /// panic, so it never leaks into agents built afterwards.
+///
+/// ```
+/// use rein::*;
+/// use std::sync::Arc;
+///
+/// // A platform team's guard, installed on every agent built from this registry.
+/// let platform = HookRegistry::new();
+/// let guard = Arc::new(hook_fn(EventKind::PreActing, |event| {
+///     if let HookEvent::PreActing(e) = event
+///         && e.tool_use().name == "drop_table"
+///     {
+///         e.deny("never");
+///     }
+///     Ok(())
+/// }));
+/// platform.register(Arc::clone(&guard));
+///
+/// let agent = Agent::builder()
+///     .model(ScriptedModel::new([ScriptedTurn::text("hi")]))
+///     .hook(Arc::clone(&guard)) // the same instance: it still runs once per event
+///     .hooks_from(&platform)
+///     .build()?;
+/// assert_eq!(agent.hook_names().len(), 1);
+///
+/// {
+///     let _scoped = platform.register_scoped(hook_fn(EventKind::PostCall, |_| Ok(())));
+///     assert_eq!(platform.len(), 2);
+/// } // removed here, even if the scope panics
+/// assert_eq!(platform.len(), 1);
+/// assert!(platform.unregister(&guard));
+/// # Ok::<(), rein::BuildError>(())
+/// ```
 #[derive(Clone, Default)]
 pub struct HookRegistry {
     hooks: Arc<Mutex<Vec<Entry>>>,
@@ -58,7 +90,7 @@ impl HookRegistry {
 
     /// Adds a hook (a value, or an `Arc` to share and deduplicate an instance) for good:
     /// it stays until [`unregister`](Self::unregister)ed.
-    pub fn register(&self, hook: impl IntoHook) {
+    pub fn register<M>(&self, hook: impl IntoHook<M>) {
         self.push(hook);
     }
 
@@ -70,7 +102,7 @@ impl HookRegistry {
     /// the tests that run after or beside it. As with [`unregister`](Self::unregister),
     /// agents built while the guard lived keep the hook.
     #[must_use = "the hook is removed as soon as the guard is dropped"]
-    pub fn register_scoped(&self, hook: impl IntoHook) -> RegistrationGuard {
+    pub fn register_scoped<M>(&self, hook: impl IntoHook<M>) -> RegistrationGuard {
         let token = self.push(hook);
         RegistrationGuard {
             registry: self.clone(),
@@ -78,9 +110,10 @@ impl HookRegistry {
         }
     }
 
-    /// Removes every registration of this hook instance (scoped ones included). Returns
-    /// whether one was found. Agents already built keep it.
-    pub fn unregister<H: super::Hook>(&self, hook: &Arc<H>) -> bool {
+    /// Removes every registration of this hook instance (scoped ones included), a
+    /// [`Hook`](super::Hook) or a [`SyncHook`](super::SyncHook) registered as an `Arc`.
+    /// Returns whether one was found. Agents already built keep it.
+    pub fn unregister<H: ?Sized>(&self, hook: &Arc<H>) -> bool {
         let identity = Arc::as_ptr(hook) as *const () as usize;
         let mut hooks = self.lock();
         let before = hooks.len();
@@ -102,7 +135,7 @@ impl HookRegistry {
         self.lock().iter().map(|e| e.hook.clone()).collect()
     }
 
-    fn push(&self, hook: impl IntoHook) -> u64 {
+    fn push<M>(&self, hook: impl IntoHook<M>) -> u64 {
         let token = next_token();
         self.lock().push(Entry {
             token,

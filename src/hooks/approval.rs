@@ -78,12 +78,38 @@ pub struct ApprovalRequest {
 }
 
 /// Decides about guarded tool calls, asynchronously (a human behind a UI, a policy
-/// service). Implemented for async closures
-/// `Fn(ApprovalRequest) -> impl Future<Output = ApprovalDecision>`.
+/// service). Implement [`Approver::decide`] with `async fn`, or pass an async closure
+/// `Fn(ApprovalRequest) -> impl Future<Output = ApprovalDecision>` (implemented for
+/// those). The hook holds it as a [`SharedApprover`]: the future is erased at that one
+/// boundary.
+///
+/// ```
+/// use rein::hooks::{ApprovalDecision, ApprovalHook, ApprovalRequest, Approver};
+///
+/// /// Approves small refunds, denies the rest.
+/// struct Policy;
+///
+/// impl Approver for Policy {
+///     async fn decide(&self, request: ApprovalRequest) -> ApprovalDecision {
+///         match request.tool_use.input["amount"].as_f64() {
+///             Some(a) if a <= 100.0 => ApprovalDecision::Approve,
+///             _ => ApprovalDecision::Deny("above 100".into()),
+///         }
+///     }
+/// }
+///
+/// let hook = ApprovalHook::with_approver(Policy, ["refund"]);
+/// // or with a closure:
+/// let hook = ApprovalHook::with_approver(
+///     |_request: ApprovalRequest| async { ApprovalDecision::Approve },
+///     ["refund"],
+/// );
+/// # let _ = hook;
+/// ```
 pub trait Approver: Send + Sync + 'static {
     /// The decision for one call. [`ApprovalHook`] waits at most its timeout, then
     /// denies.
-    fn decide(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalDecision>;
+    fn decide(&self, request: ApprovalRequest) -> impl Future<Output = ApprovalDecision> + Send;
 }
 
 impl<F, Fut> Approver for F
@@ -91,8 +117,45 @@ where
     F: Fn(ApprovalRequest) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ApprovalDecision> + Send + 'static,
 {
-    fn decide(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalDecision> {
-        Box::pin(self(request))
+    fn decide(&self, request: ApprovalRequest) -> impl Future<Output = ApprovalDecision> + Send {
+        self(request)
+    }
+}
+
+/// The object-safe twin of [`Approver`]: the one place approver futures are erased.
+trait DynApprover: Send + Sync + 'static {
+    fn decide_erased(&self, request: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision>;
+}
+
+impl<A: Approver> DynApprover for A {
+    fn decide_erased(&self, request: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
+        Box::pin(self.decide(request))
+    }
+}
+
+/// A type-erased [`Approver`], shared by reference count (cheap to clone): what
+/// [`ApprovalHook::new`] takes.
+#[derive(Clone)]
+pub struct SharedApprover(Arc<dyn DynApprover>);
+
+impl SharedApprover {
+    /// Shares an approver.
+    pub fn new(approver: impl Approver) -> Self {
+        Self(Arc::new(approver))
+    }
+
+    /// [`Approver::decide`], with the future boxed.
+    pub fn decide(
+        &self,
+        request: ApprovalRequest,
+    ) -> impl Future<Output = ApprovalDecision> + Send + '_ {
+        self.0.decide_erased(request)
+    }
+}
+
+impl fmt::Debug for SharedApprover {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SharedApprover")
     }
 }
 
@@ -332,7 +395,7 @@ impl Default for ApprovalConfig {
 /// tool name, call id and outcome.
 pub struct ApprovalHook {
     config: ApprovalConfig,
-    approver: Option<Arc<dyn Approver>>,
+    approver: Option<SharedApprover>,
     /// Calls this hook rewrote with an [`ApprovalDecision::Edit`], by id, until the
     /// re-check pass brings them back (tool call ids are unique per call).
     edits: Mutex<HashMap<String, ToolUse>>,
@@ -356,7 +419,7 @@ impl ApprovalHook {
     /// and there is no approver.
     pub fn new(
         config: ApprovalConfig,
-        approver: Option<Arc<dyn Approver>>,
+        approver: Option<SharedApprover>,
     ) -> Result<Self, BuildError> {
         config.validate()?;
         if config.mode == ApprovalMode::Await && approver.is_none() {
@@ -386,7 +449,7 @@ impl ApprovalHook {
         };
         Self {
             config,
-            approver: Some(Arc::new(approver)),
+            approver: Some(SharedApprover::new(approver)),
             edits: Mutex::default(),
         }
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::approval::{ApprovalConfig, ApprovalHook, Approver};
+use super::approval::{ApprovalConfig, ApprovalHook, Approver, SharedApprover};
 use super::audit::{
     AuditConfig, AuditHook, AuditSink, AuditSinkConfig, JsonlAuditSink, TracingAuditSink,
 };
@@ -67,7 +67,7 @@ pub struct HooksConfig {
 /// What a configuration cannot express: the approver and a custom audit sink.
 #[derive(Clone, Default)]
 pub struct HookServices {
-    approver: Option<Arc<dyn Approver>>,
+    approver: Option<SharedApprover>,
     audit_sink: Option<Arc<dyn AuditSink>>,
 }
 
@@ -89,7 +89,7 @@ impl HookServices {
     /// The approver of the [`ApprovalHook`].
     #[must_use]
     pub fn approver(mut self, approver: impl Approver) -> Self {
-        self.approver = Some(Arc::new(approver));
+        self.approver = Some(SharedApprover::new(approver));
         self
     }
 

@@ -73,7 +73,8 @@ mod tool_guard;
 
 pub use approval::{
     APPROVAL_PENDING_CALLS_KEY, APPROVAL_PENDING_KEY, ApprovalConfig, ApprovalDecision,
-    ApprovalDecisions, ApprovalHook, ApprovalMode, ApprovalRequest, Approver, pending_approvals,
+    ApprovalDecisions, ApprovalHook, ApprovalMode, ApprovalRequest, Approver, SharedApprover,
+    pending_approvals,
 };
 pub use audit::{
     AuditConfig, AuditHook, AuditKind, AuditRecord, AuditSink, AuditSinkConfig, AuditSinkError,

@@ -5,7 +5,6 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, PaginatedRequestParams};
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
@@ -18,7 +17,7 @@ use tokio::sync::Mutex;
 use super::guard::{self, FrameLimits, LIMIT_CODE, TOO_DEEP};
 use super::{McpServerConfig, McpTransport, check_server_id, tool_name};
 use crate::error::{BuildError, BuildErrorKind};
-use crate::tool::{Tool, ToolContext, ToolError};
+use crate::tool::{SharedTool, Tool, ToolContext, ToolError};
 
 type Service = RunningService<RoleClient, ()>;
 
@@ -232,8 +231,8 @@ impl Tool for McpTool {
         self.parameters.clone()
     }
 
-    fn call(&self, input: Value, _ctx: ToolContext) -> BoxFuture<'_, Result<String, ToolError>> {
-        Box::pin(self.conn.call(&self.remote, input))
+    async fn call(&self, input: Value, _ctx: ToolContext) -> Result<String, ToolError> {
+        self.conn.call(&self.remote, input).await
     }
 }
 
@@ -241,16 +240,13 @@ impl Tool for McpTool {
 /// order.
 pub(crate) async fn connect_all(
     servers: &[(String, McpServerConfig)],
-) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
+) -> Result<Vec<SharedTool>, BuildError> {
     let lists =
         futures::future::try_join_all(servers.iter().map(|(id, c)| server_tools(id, c))).await?;
     Ok(lists.into_iter().flatten().collect())
 }
 
-async fn server_tools(
-    id: &str,
-    config: &McpServerConfig,
-) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
+async fn server_tools(id: &str, config: &McpServerConfig) -> Result<Vec<SharedTool>, BuildError> {
     let err = |m: String| BuildError::new(BuildErrorKind::Mcp, format!("MCP server `{id}`: {m}"));
     check_server_id(id).map_err(err)?;
     config.validate().map_err(err)?;
@@ -278,7 +274,7 @@ async fn server_tools(
             "`enable_tools` names `{missing}`, which the server does not offer"
         )));
     }
-    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    let mut tools: Vec<SharedTool> = Vec::new();
     for tool in listed {
         let remote = tool.name.to_string();
         if config
@@ -302,7 +298,7 @@ async fn server_tools(
                 config.limits.max_json_depth
             )));
         }
-        tools.push(Arc::new(McpTool {
+        tools.push(SharedTool::new(McpTool {
             conn: Arc::clone(&conn),
             name: tool_name(id, &remote),
             remote,

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::narrow::{self, Granted};
@@ -551,7 +550,7 @@ impl Tool for SpawnTool {
         })
     }
 
-    fn call(&self, input: Value, ctx: ToolContext) -> BoxFuture<'_, Result<String, ToolError>> {
-        Box::pin(self.spawn(input, ctx))
+    async fn call(&self, input: Value, ctx: ToolContext) -> Result<String, ToolError> {
+        self.spawn(input, ctx).await
     }
 }

@@ -282,7 +282,7 @@ impl SubagentDeclarationBuilder {
     }
 
     /// A hook of the child's own, run after inherited hooks of equal priority.
-    pub fn hook(mut self, h: impl IntoHook) -> Self {
+    pub fn hook<M>(mut self, h: impl IntoHook<M>) -> Self {
         self.decl.hooks.push(h.into_registered().0);
         self
     }

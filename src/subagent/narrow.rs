@@ -27,7 +27,7 @@ use std::time::Duration;
 use crate::agent::AgentBuilder;
 use crate::agent::HookToolFilter;
 use crate::error::{BuildError, BuildErrorKind};
-use crate::tool::{Tool, Toolkit};
+use crate::tool::{SharedTool, Toolkit};
 
 /// The limits the runtime set on a child's builder before the factory ran.
 pub(crate) struct Granted {
@@ -55,8 +55,8 @@ impl Granted {
     }
 }
 
-fn same_instance(a: &Arc<dyn Tool>, b: &Arc<dyn Tool>) -> bool {
-    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+fn same_instance(a: &SharedTool, b: &SharedTool) -> bool {
+    SharedTool::ptr_eq(a, b)
 }
 
 /// Checks (and, for the hook-tool filter and content recording, re-applies) the rule of

@@ -13,7 +13,7 @@ use crate::agent::{
     AgentBuilder, Delegating, DelegationPlan, Installed, PreparedDelegation, SessionKey, Template,
 };
 use crate::error::BuildError;
-use crate::tool::{Tool, ToolSchema};
+use crate::tool::{SharedTool, ToolSchema};
 
 /// What a top-level builder declared: code declarations, factories, the general-purpose
 /// subagent (and, through the workspace, `subagents/*.md`).
@@ -120,7 +120,7 @@ impl PreparedDelegation for Prepared {
         if validate {
             delegation.validate()?;
         }
-        let spawn: Arc<dyn Tool> = Arc::new(SpawnTool::new(Arc::clone(&delegation)));
+        let spawn = SharedTool::new(SpawnTool::new(Arc::clone(&delegation)));
         Ok((delegation, spawn))
     }
 }

@@ -14,7 +14,9 @@ use super::{Tool, ToolContext, ToolError};
 type Handler =
     dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<String, ToolError>> + Send + Sync;
 
-/// A [`Tool`] backed by an async closure.
+/// A [`Tool`] backed by an async closure: [`FunctionTool::new`] for raw JSON arguments
+/// and a schema you write, [`FunctionTool::typed`] for arguments of a Rust type with a
+/// generated schema.
 ///
 /// ```
 /// use rein::{FunctionTool, ToolError};
@@ -122,7 +124,11 @@ impl Tool for FunctionTool {
     fn timeout(&self) -> Option<Duration> {
         self.timeout
     }
-    fn call(&self, input: Value, ctx: ToolContext) -> BoxFuture<'_, Result<String, ToolError>> {
+    fn call(
+        &self,
+        input: Value,
+        ctx: ToolContext,
+    ) -> impl Future<Output = Result<String, ToolError>> + Send {
         (self.handler)(input, ctx)
     }
 }

@@ -1,8 +1,15 @@
 //! Tools: what the model can call.
 //!
 //! A [`Tool`] has a name, a description and a JSON Schema for its arguments, and runs
-//! asynchronously. Tools are object-safe (`Arc<dyn Tool>`) and shared: a [`Toolkit`]
-//! holds them in registration order, and [`Toolkit::copy`] shares the instances.
+//! asynchronously: implement [`Tool::call`] with `async fn`. The runtime holds tools as
+//! [`SharedTool`]s (type-erased, reference-counted): a [`Toolkit`] holds them in
+//! registration order, and [`Toolkit::copy`] shares the instances. The erasure happens
+//! at one boundary, a private object-safe twin of [`Tool`] (the same style as
+//! [`Hook`](crate::Hook)), so an implementation never writes `Box::pin`.
+//!
+//! [`FunctionTool`] makes a tool from a closure: [`FunctionTool::new`] takes raw JSON
+//! and a schema you write; [`FunctionTool::typed`] takes a
+//! `#[derive(Deserialize, JsonSchema)]` argument type and generates the schema.
 //!
 //! Before a tool runs, the loop validates the model's arguments against the tool's
 //! schema (compiled once, at registration). Every failure — invalid or malformed
@@ -18,6 +25,7 @@ mod function;
 pub(crate) mod mcp_config;
 pub(crate) mod policy;
 mod toolkit;
+mod typed;
 
 pub use function::FunctionTool;
 pub(crate) use toolkit::json_type;
@@ -27,7 +35,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
+use std::future::Future;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -47,7 +56,31 @@ pub struct ToolSchema {
 /// A callable tool.
 ///
 /// Implement this for tools with state or custom behaviour; [`FunctionTool`] wraps a
-/// closure. The trait is object-safe; the runtime holds tools as `Arc<dyn Tool>`.
+/// closure. Implement [`Tool::call`] with `async fn`; the runtime erases the future
+/// (at most one allocation per call) and holds the tool as a [`SharedTool`].
+///
+/// ```
+/// use rein::{Tool, ToolContext, ToolError, Toolkit};
+/// use serde_json::{Value, json};
+/// use std::sync::atomic::{AtomicU64, Ordering};
+///
+/// /// Hands out ticket numbers.
+/// struct Tickets(AtomicU64);
+///
+/// impl Tool for Tickets {
+///     fn name(&self) -> &str { "next_ticket" }
+///     fn description(&self) -> &str { "Opens a support ticket and returns its number." }
+///     fn parameters(&self) -> Value { json!({"type": "object", "properties": {}}) }
+///     async fn call(&self, _input: Value, _ctx: ToolContext) -> Result<String, ToolError> {
+///         Ok(self.0.fetch_add(1, Ordering::Relaxed).to_string())
+///     }
+/// }
+///
+/// let mut tools = Toolkit::new();
+/// tools.register(Tickets(AtomicU64::new(1)))?;
+/// assert_eq!(tools.names(), ["next_ticket"]);
+/// # Ok::<(), rein::ToolkitError>(())
+/// ```
 pub trait Tool: Send + Sync + 'static {
     /// The name the model calls. Must be unique within a toolkit.
     fn name(&self) -> &str;
@@ -71,8 +104,114 @@ pub trait Tool: Send + Sync + 'static {
     }
 
     /// Runs the tool with validated arguments. The returned text is what the model
-    /// reads; an `Err` becomes an error result.
-    fn call(&self, input: Value, ctx: ToolContext) -> BoxFuture<'_, Result<String, ToolError>>;
+    /// reads; an `Err` becomes an error result. Implement with `async fn`.
+    fn call(
+        &self,
+        input: Value,
+        ctx: ToolContext,
+    ) -> impl Future<Output = Result<String, ToolError>> + Send;
+}
+
+/// A tool future, erased: inline when it fits in 64 bytes (a [`FunctionTool`]'s
+/// already-boxed future does, so it is not boxed twice), boxed otherwise.
+type ErasedToolFuture<'a> = stackfuture::StackFuture<'a, Result<String, ToolError>, 64>;
+
+/// The object-safe twin of [`Tool`]: the one place tool futures are erased. Private:
+/// users implement [`Tool`] with `async fn` and hold a [`SharedTool`].
+trait DynTool: Send + Sync + 'static {
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
+    fn parameters(&self) -> Value;
+    fn concurrency_safe(&self) -> bool;
+    fn timeout(&self) -> Option<Duration>;
+    fn call_erased(&self, input: Value, ctx: ToolContext) -> ErasedToolFuture<'_>;
+}
+
+impl<T: Tool> DynTool for T {
+    fn name(&self) -> &str {
+        Tool::name(self)
+    }
+    fn description(&self) -> &str {
+        Tool::description(self)
+    }
+    fn parameters(&self) -> Value {
+        Tool::parameters(self)
+    }
+    fn concurrency_safe(&self) -> bool {
+        Tool::concurrency_safe(self)
+    }
+    fn timeout(&self) -> Option<Duration> {
+        Tool::timeout(self)
+    }
+    fn call_erased(&self, input: Value, ctx: ToolContext) -> ErasedToolFuture<'_> {
+        stackfuture::StackFuture::from_or_box(Tool::call(self, input, ctx))
+    }
+}
+
+/// A type-erased tool, shared by reference count: what a [`Toolkit`] holds,
+/// [`Hook::tools`](crate::Hook::tools) returns and [`Toolkit::get`] gives back. Cheap
+/// to clone; clones are the same instance ([`SharedTool::ptr_eq`]).
+///
+/// Made from any [`Tool`] with [`SharedTool::new`], or from an `Arc` of one with
+/// [`SharedTool::from_arc`] (keeping that instance); any [`IntoTool`] converts.
+#[derive(Clone)]
+pub struct SharedTool(Arc<dyn DynTool>);
+
+impl SharedTool {
+    /// Shares a tool.
+    pub fn new(tool: impl Tool) -> Self {
+        Self(Arc::new(tool))
+    }
+
+    /// Shares the instance behind `tool`.
+    pub fn from_arc<T: Tool>(tool: Arc<T>) -> Self {
+        Self(tool)
+    }
+
+    /// [`Tool::name`].
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    /// [`Tool::description`].
+    pub fn description(&self) -> &str {
+        self.0.description()
+    }
+
+    /// [`Tool::parameters`].
+    pub fn parameters(&self) -> Value {
+        self.0.parameters()
+    }
+
+    /// [`Tool::concurrency_safe`].
+    pub fn concurrency_safe(&self) -> bool {
+        self.0.concurrency_safe()
+    }
+
+    /// [`Tool::timeout`].
+    pub fn timeout(&self) -> Option<Duration> {
+        self.0.timeout()
+    }
+
+    /// [`Tool::call`], with the future erased.
+    pub fn call(
+        &self,
+        input: Value,
+        ctx: ToolContext,
+    ) -> impl Future<Output = Result<String, ToolError>> + Send + '_ {
+        self.0.call_erased(input, ctx)
+    }
+
+    /// Whether both are the same instance.
+    pub fn ptr_eq(a: &SharedTool, b: &SharedTool) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(&a.0), Arc::as_ptr(&b.0))
+    }
+}
+
+impl fmt::Debug for SharedTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("SharedTool").field(&self.name()).finish()
+    }
 }
 
 /// An error a tool returns. Its message is shown to the model (prefixed with the tool
@@ -174,26 +313,27 @@ impl ToolContext {
 }
 
 /// Conversion into a shared tool: implemented for every [`Tool`] value, for `Arc<T>`
-/// of one, and for `Arc<dyn Tool>`. Registering an `Arc` shares that instance.
+/// of one, and for a [`SharedTool`]. Registering an `Arc` or a `SharedTool` shares that
+/// instance.
 pub trait IntoTool {
     /// The shared tool.
-    fn into_tool(self) -> Arc<dyn Tool>;
+    fn into_tool(self) -> SharedTool;
 }
 
 impl<T: Tool> IntoTool for T {
-    fn into_tool(self) -> Arc<dyn Tool> {
-        Arc::new(self)
+    fn into_tool(self) -> SharedTool {
+        SharedTool::new(self)
     }
 }
 
 impl<T: Tool> IntoTool for Arc<T> {
-    fn into_tool(self) -> Arc<dyn Tool> {
-        self
+    fn into_tool(self) -> SharedTool {
+        SharedTool::from_arc(self)
     }
 }
 
-impl IntoTool for Arc<dyn Tool> {
-    fn into_tool(self) -> Arc<dyn Tool> {
+impl IntoTool for SharedTool {
+    fn into_tool(self) -> SharedTool {
         self
     }
 }

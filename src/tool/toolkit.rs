@@ -6,7 +6,7 @@ use std::sync::Arc;
 use indexmap::IndexMap;
 use serde_json::Value;
 
-use super::{IntoTool, Tool, ToolSchema};
+use super::{IntoTool, SharedTool, ToolSchema};
 
 /// Why a toolkit operation failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -34,7 +34,7 @@ pub enum ToolkitError {
 
 /// A registered tool with its schema and compiled validator. Shared between copies.
 pub(crate) struct ToolEntry {
-    pub(crate) tool: Arc<dyn Tool>,
+    pub(crate) tool: SharedTool,
     pub(crate) schema: ToolSchema,
     validator: jsonschema::Validator,
     /// Top-level properties not listed in `required`, for null pruning.
@@ -50,7 +50,7 @@ impl fmt::Debug for ToolEntry {
 }
 
 impl ToolEntry {
-    fn new(tool: Arc<dyn Tool>) -> Result<Self, ToolkitError> {
+    fn new(tool: SharedTool) -> Result<Self, ToolkitError> {
         let name = tool.name().to_owned();
         let valid_name = !name.is_empty()
             && name.len() <= 64
@@ -174,6 +174,29 @@ pub(crate) fn json_type(v: &Value) -> &'static str {
 ///
 /// An agent takes its own copy at build time, so changing the toolkit afterwards does
 /// not affect built agents.
+///
+/// ```
+/// use rein::{FunctionTool, Toolkit, ToolkitError};
+/// use serde_json::json;
+///
+/// let echo = |name: &str| {
+///     FunctionTool::new(name, "Echoes.", json!({"type": "object"}), |args| async move {
+///         Ok(args.to_string())
+///     })
+/// };
+/// let mut tools = Toolkit::new();
+/// tools.register(echo("lookup"))?;
+/// tools.register(echo("refund"))?;
+/// assert_eq!(tools.names(), ["lookup", "refund"]); // registration order
+/// assert_eq!(tools.register(echo("lookup")), Err(ToolkitError::DuplicateName("lookup".into())));
+///
+/// // A locked copy shares the instances; nothing can be removed from it.
+/// let mut locked = tools.copy().without_deletion();
+/// assert!(matches!(locked.remove("refund"), Err(ToolkitError::DeletionDisabled(_))));
+/// // Narrowing never deletes: it builds a smaller toolkit.
+/// assert_eq!(locked.filtered(|name| name != "refund").names(), ["lookup"]);
+/// # Ok::<(), ToolkitError>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct Toolkit {
     entries: IndexMap<String, Arc<ToolEntry>>,
@@ -186,7 +209,7 @@ impl Toolkit {
         Self::default()
     }
 
-    /// Registers a tool (a value, an `Arc` of one, or an `Arc<dyn Tool>`).
+    /// Registers a tool (a value, an `Arc` of one, or a [`SharedTool`]).
     ///
     /// # Errors
     /// [`ToolkitError::DuplicateName`] if the name is taken,
@@ -210,7 +233,7 @@ impl Toolkit {
     pub fn register_or_replace(
         &mut self,
         tool: impl IntoTool,
-    ) -> Result<Option<Arc<dyn Tool>>, ToolkitError> {
+    ) -> Result<Option<SharedTool>, ToolkitError> {
         let entry = ToolEntry::new(tool.into_tool())?;
         let name = entry.schema.name.clone();
         if self.deletion_disabled && self.entries.contains_key(&name) {
@@ -219,7 +242,7 @@ impl Toolkit {
         Ok(self
             .entries
             .insert(name, Arc::new(entry))
-            .map(|old| Arc::clone(&old.tool)))
+            .map(|old| old.tool.clone()))
     }
 
     /// Tool names in registration order.
@@ -233,8 +256,8 @@ impl Toolkit {
     }
 
     /// The tool with this name.
-    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
-        self.entries.get(name).map(|e| Arc::clone(&e.tool))
+    pub fn get(&self, name: &str) -> Option<SharedTool> {
+        self.entries.get(name).map(|e| e.tool.clone())
     }
 
     /// `true` if a tool with this name is registered.

@@ -62,9 +62,9 @@ struct WithTool {
 }
 
 impl Hook for WithTool {
-    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+    fn tools(&self) -> Vec<SharedTool> {
         self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        vec![Arc::new(FunctionTool::new(
+        vec![SharedTool::new(FunctionTool::new(
             self.name,
             "contributed",
             json!({"type": "object"}),

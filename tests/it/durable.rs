@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use rein::*;
 use serde_json::json;
 
@@ -146,24 +145,23 @@ async fn two_agents_sharing_a_directory_get_a_typed_conflict_instead_of_overwrit
 #[tokio::test]
 async fn stores_reject_a_save_with_a_stale_version() {
     let dir = TempDir::new("stale");
-    let stores: Vec<Box<dyn SessionStore>> = vec![
-        Box::new(store_in(&dir)),
-        Box::new(InMemorySessionStore::new()),
-    ];
-    for store in stores {
-        let k = SessionKey::new(Some("u"), "s");
-        assert_eq!(store.load(&k).await.unwrap(), StoredSession::default());
-        assert_eq!(store.save(&k, &[Msg::user("1")], 0).await.unwrap(), 1);
-        assert_eq!(store.save(&k, &[Msg::user("2")], 1).await.unwrap(), 2);
-        let err = store.save(&k, &[Msg::user("x")], 1).await.unwrap_err();
-        assert_eq!(err.kind(), StoreErrorKind::Conflict);
-        assert!(err.to_string().contains("u/s"), "{err}");
-        let err = store.save(&k, &[Msg::user("x")], 0).await.unwrap_err();
-        assert!(err.is_conflict());
-        let loaded = store.load(&k).await.unwrap();
-        assert_eq!(loaded.version, 2);
-        assert_eq!(loaded.messages[0].text(), "2");
-    }
+    stale_version_is_rejected(store_in(&dir)).await;
+    stale_version_is_rejected(InMemorySessionStore::new()).await;
+}
+
+async fn stale_version_is_rejected(store: impl SessionStore) {
+    let k = SessionKey::new(Some("u"), "s");
+    assert_eq!(store.load(&k).await.unwrap(), StoredSession::default());
+    assert_eq!(store.save(&k, &[Msg::user("1")], 0).await.unwrap(), 1);
+    assert_eq!(store.save(&k, &[Msg::user("2")], 1).await.unwrap(), 2);
+    let err = store.save(&k, &[Msg::user("x")], 1).await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Conflict);
+    assert!(err.to_string().contains("u/s"), "{err}");
+    let err = store.save(&k, &[Msg::user("x")], 0).await.unwrap_err();
+    assert!(err.is_conflict());
+    let loaded = store.load(&k).await.unwrap();
+    assert_eq!(loaded.version, 2);
+    assert_eq!(loaded.messages[0].text(), "2");
 }
 
 #[tokio::test]
@@ -290,28 +288,27 @@ struct RecordingStore {
 }
 
 impl SessionStore for RecordingStore {
-    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
-        self.inner.load(key)
+    async fn load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
+        self.inner.load(key).await
     }
-    fn save<'a>(
-        &'a self,
-        key: &'a SessionKey,
-        messages: &'a [Msg],
+    async fn save(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
         expected: u64,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+    ) -> Result<u64, StoreError> {
         {
             let mut fail = self.fail_next.lock().unwrap();
             if *fail > 0 {
                 *fail -= 1;
-                let err = StoreError::with_kind(StoreErrorKind::Io, key, "disk full");
-                return Box::pin(async move { Err(err) });
+                return Err(StoreError::with_kind(StoreErrorKind::Io, key, "disk full"));
             }
         }
         self.saves
             .lock()
             .unwrap()
             .push((expected + 1, messages.iter().map(Msg::text).collect()));
-        self.inner.save(key, messages, expected)
+        self.inner.save(key, messages, expected).await
     }
 }
 

@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use futures::future::BoxFuture;
 use rein::*;
 use serde_json::json;
 
@@ -262,22 +261,18 @@ struct SlowStore {
 }
 
 impl SessionStore for SlowStore {
-    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
-        Box::pin(async move {
-            tokio::time::sleep(self.delay).await;
-            self.inner.load(key).await
-        })
+    async fn load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.load(key).await
     }
-    fn save<'a>(
-        &'a self,
-        key: &'a SessionKey,
-        messages: &'a [Msg],
+    async fn save(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
         expected: u64,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(async move {
-            tokio::time::sleep(self.delay).await;
-            self.inner.save(key, messages, expected).await
-        })
+    ) -> Result<u64, StoreError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.save(key, messages, expected).await
     }
 }
 

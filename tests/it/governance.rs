@@ -249,7 +249,7 @@ async fn reused_model_call_ids_get_runtime_ids_and_the_stored_session_reloads() 
         ],
         "done",
     );
-    let store: Arc<dyn SessionStore> = Arc::new(FileSessionStore::open(dir.path()).unwrap());
+    let store = Arc::new(FileSessionStore::open(dir.path()).unwrap());
     let build = || {
         Agent::builder()
             .model(model.clone())
@@ -399,7 +399,7 @@ async fn call_input_with_a_tool_use_and_no_result_is_refused_and_memory_stays_va
 async fn a_complete_tool_exchange_in_call_input_is_accepted_and_reloads() {
     let dir = TempDir::new("exchange-input");
     let model = ScriptedModel::new([ScriptedTurn::text("3, as computed")]);
-    let store: Arc<dyn SessionStore> = Arc::new(FileSessionStore::open(dir.path()).unwrap());
+    let store = Arc::new(FileSessionStore::open(dir.path()).unwrap());
     let agent = builder(&model)
         .session_store(Arc::clone(&store))
         .build()

@@ -36,7 +36,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use rein::hooks::{
     ApprovalConfig, ApprovalDecision, ApprovalDecisions, ApprovalHook, ApprovalMode,
-    ApprovalRequest, Approver, MaskingConfig, MaskingHook, SensitiveDataMasker, pending_approvals,
+    ApprovalRequest, Approver, MaskingConfig, MaskingHook, SensitiveDataMasker, SharedApprover,
+    pending_approvals,
 };
 use rein::*;
 use serde_json::json;
@@ -190,7 +191,7 @@ fn build(
     let approval = match &case.approval {
         Approval::None => None,
         Approval::Await(answers) => {
-            let a: Arc<dyn Approver> = Arc::new(approver(answers.clone(), obs));
+            let a = SharedApprover::new(approver(answers.clone(), obs));
             Some(ApprovalHook::new(guarded, Some(a)).unwrap())
         }
         Approval::StopForHuman => Some(

@@ -1,11 +1,10 @@
 //! ApprovalHook: guarded tools wait for a decision before they run, and fail closed.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use rein::hooks::{
     APPROVAL_PENDING_KEY, ApprovalConfig, ApprovalDecision, ApprovalDecisions, ApprovalHook,
-    ApprovalMode, ApprovalRequest, pending_approvals,
+    ApprovalMode, ApprovalRequest, SharedApprover, pending_approvals,
 };
 use rein::*;
 use serde_json::json;
@@ -105,7 +104,7 @@ async fn no_decision_within_the_timeout_denies_the_call() {
             timeout_ms: 1_000,
             ..ApprovalConfig::default()
         },
-        Some(Arc::new(never)),
+        Some(SharedApprover::new(never)),
     )
     .unwrap();
     let started = tokio::time::Instant::now();

@@ -102,13 +102,13 @@ fn an_enabled_config_installs_every_hook_in_priority_order() {
         ]
     );
     let priorities: Vec<i32> = [
-        Hook::priority(&**hooks.tool_guard().unwrap()),
-        Hook::priority(&**hooks.latency().unwrap()),
-        Hook::priority(&**hooks.dynamic_options().unwrap()),
+        SyncHook::priority(&**hooks.tool_guard().unwrap()),
+        SyncHook::priority(&**hooks.latency().unwrap()),
+        SyncHook::priority(&**hooks.dynamic_options().unwrap()),
         Hook::priority(&**hooks.approval().unwrap()),
-        Hook::priority(&**hooks.self_correction().unwrap()),
+        SyncHook::priority(&**hooks.self_correction().unwrap()),
         Hook::priority(&**hooks.audit().unwrap()),
-        Hook::priority(&**hooks.masking().unwrap()),
+        SyncHook::priority(&**hooks.masking().unwrap()),
     ]
     .into();
     assert_eq!(priorities, [20, 50, 70, 100, 200, 850, 900]);
@@ -228,11 +228,11 @@ fn every_hook_is_inert_when_its_section_is_disabled() {
     use rein::hooks::*;
     let masker = SensitiveDataMasker::default();
     assert_eq!(
-        Hook::interest(&LatencyHook::new(c.latency.clone())),
+        SyncHook::interest(&LatencyHook::new(c.latency.clone())),
         Interest::NONE
     );
     assert_eq!(
-        Hook::interest(&MaskingHook::new(c.masking.clone(), masker.clone())),
+        SyncHook::interest(&MaskingHook::new(c.masking.clone(), masker.clone())),
         Interest::NONE
     );
     assert_eq!(
@@ -244,15 +244,15 @@ fn every_hook_is_inert_when_its_section_is_disabled() {
         Interest::NONE
     );
     assert_eq!(
-        Hook::interest(&SelfCorrectionHook::new(c.self_correction.clone())),
+        SyncHook::interest(&SelfCorrectionHook::new(c.self_correction.clone())),
         Interest::NONE
     );
     assert_eq!(
-        Hook::interest(&ToolGuardHook::new(c.tool_guard.clone()).unwrap()),
+        SyncHook::interest(&ToolGuardHook::new(c.tool_guard.clone()).unwrap()),
         Interest::NONE
     );
     assert_eq!(
-        Hook::interest(&DynamicOptionsHook::new(c.dynamic_options.clone()).unwrap()),
+        SyncHook::interest(&DynamicOptionsHook::new(c.dynamic_options.clone()).unwrap()),
         Interest::NONE
     );
     assert_eq!(

@@ -131,7 +131,7 @@ fn a_negative_precise_temperature_is_a_build_error_naming_the_key() {
 #[test]
 fn dynamic_options_run_at_priority_70_and_are_inert_when_disabled() {
     let hook = dynamic(DynamicOptionsConfig::default());
-    assert_eq!(Hook::priority(&hook), 70);
+    assert_eq!(SyncHook::priority(&hook), 70);
     let off = DynamicOptionsHook::new(DynamicOptionsConfig::default()).unwrap();
-    assert_eq!(Hook::interest(&off), Interest::NONE);
+    assert_eq!(SyncHook::interest(&off), Interest::NONE);
 }

@@ -349,7 +349,7 @@ async fn a_disabled_latency_hook_subscribes_to_nothing_and_records_nothing() {
         enabled: false,
         ..LatencyConfig::default()
     }));
-    assert_eq!(Hook::interest(&*hook), Interest::NONE);
+    assert_eq!(SyncHook::interest(&*hook), Interest::NONE);
     let agent = builder(&model).hook(hook.clone()).build().unwrap();
     agent.call(Msg::user("hi")).await.unwrap();
     assert!(hook.snapshot().is_empty());
@@ -358,8 +358,8 @@ async fn a_disabled_latency_hook_subscribes_to_nothing_and_records_nothing() {
 #[test]
 fn the_latency_hook_runs_at_priority_50_and_never_fails_a_call() {
     let hook = LatencyHook::default();
-    assert_eq!(Hook::priority(&hook), 50);
-    assert_eq!(Hook::failure_policy(&hook), FailurePolicy::Ignore);
+    assert_eq!(SyncHook::priority(&hook), 50);
+    assert_eq!(SyncHook::failure_policy(&hook), FailurePolicy::Ignore);
 }
 
 #[cfg(feature = "metrics")]

@@ -230,7 +230,7 @@ async fn streamed_text_is_masked_even_when_a_number_is_split_across_chunks() {
 #[tokio::test]
 async fn a_disabled_masking_hook_leaves_the_reply_alone() {
     let hook = MaskingHook::new(MaskingConfig::default(), SensitiveDataMasker::default());
-    assert_eq!(Hook::interest(&hook), Interest::NONE);
+    assert_eq!(SyncHook::interest(&hook), Interest::NONE);
     let reply = reply_through(hook, "电话 13800138000").await;
     assert_eq!(reply.text(), "电话 13800138000");
 }
@@ -238,8 +238,8 @@ async fn a_disabled_masking_hook_leaves_the_reply_alone() {
 #[test]
 fn masking_runs_at_priority_900_and_fails_closed_unless_told_otherwise() {
     let hook = masking(false);
-    assert_eq!(Hook::priority(&hook), 900);
-    assert_eq!(Hook::failure_policy(&hook), FailurePolicy::Abort);
+    assert_eq!(SyncHook::priority(&hook), 900);
+    assert_eq!(SyncHook::failure_policy(&hook), FailurePolicy::Abort);
     let open = MaskingHook::new(
         MaskingConfig {
             enabled: true,
@@ -248,7 +248,7 @@ fn masking_runs_at_priority_900_and_fails_closed_unless_told_otherwise() {
         },
         SensitiveDataMasker::default(),
     );
-    assert_eq!(Hook::failure_policy(&open), FailurePolicy::Ignore);
+    assert_eq!(SyncHook::failure_policy(&open), FailurePolicy::Ignore);
 }
 
 #[tokio::test]

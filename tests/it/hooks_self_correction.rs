@@ -239,9 +239,9 @@ async fn a_zero_budget_flags_the_promise_without_redoing() {
 #[test]
 fn self_correction_runs_at_priority_200_and_is_inert_when_disabled() {
     let on = default_correction();
-    assert_eq!(Hook::priority(&*on), 200);
+    assert_eq!(SyncHook::priority(&*on), 200);
     assert_eq!(
-        Hook::interest(&SelfCorrectionHook::default()),
+        SyncHook::interest(&SelfCorrectionHook::default()),
         Interest::NONE
     );
 }

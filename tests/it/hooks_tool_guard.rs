@@ -260,7 +260,7 @@ async fn a_disabled_guard_leaves_calls_alone() {
         )
         .unwrap(),
     );
-    assert_eq!(Hook::interest(&*hook), Interest::NONE);
+    assert_eq!(SyncHook::interest(&*hook), Interest::NONE);
     let agent = builder_with_tools(&model, vec![refund_tool(&log)])
         .hook(hook)
         .build()
@@ -272,6 +272,6 @@ async fn a_disabled_guard_leaves_calls_alone() {
 #[test]
 fn the_tool_guard_runs_first_at_priority_20_and_fails_closed() {
     let g = guard(json!({"numeric_caps": {"amount": 1}}));
-    assert_eq!(Hook::priority(&g), 20);
-    assert_eq!(Hook::failure_policy(&g), FailurePolicy::Abort);
+    assert_eq!(SyncHook::priority(&g), 20);
+    assert_eq!(SyncHook::failure_policy(&g), FailurePolicy::Abort);
 }

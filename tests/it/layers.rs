@@ -48,6 +48,7 @@ const UNITS: &[(&str, &str, u32)] = &[
     ("hooks", "hooks", 10),
     ("mcp", "mcp", 10),
     ("bench_support", "bench_support", 10),
+    ("testing", "testing", 10),
     ("", "crate root", 11),
 ];
 

@@ -7,6 +7,7 @@
     unreachable_pub
 )]
 
+mod async_traits;
 mod audit_jsonl;
 mod build;
 mod chain_properties;
@@ -18,6 +19,7 @@ mod faults;
 mod fuzz_inputs;
 mod governance;
 mod governance_fuzz;
+mod hook_api;
 mod hook_chain;
 mod hook_registry_scoped;
 mod hooks_approval;
@@ -63,3 +65,4 @@ mod subagents;
 mod support;
 mod sync_hooks;
 mod tools;
+mod typed_tools;

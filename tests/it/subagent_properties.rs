@@ -102,7 +102,7 @@ impl Hook for Contributor {
     fn interest(&self) -> Interest {
         Interest::NONE
     }
-    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+    fn tools(&self) -> Vec<SharedTool> {
         self.names
             .iter()
             .map(|n| recording_tool(n, &self.obs))
@@ -113,9 +113,9 @@ impl Hook for Contributor {
     }
 }
 
-fn recording_tool(name: &str, obs: &Shared) -> Arc<dyn Tool> {
+fn recording_tool(name: &str, obs: &Shared) -> SharedTool {
     let (n, obs) = (name.to_string(), obs.clone());
-    Arc::new(FunctionTool::with_context(
+    SharedTool::new(FunctionTool::with_context(
         name,
         "t",
         json!({"type": "object"}),

@@ -754,13 +754,13 @@ impl Hook for Contributes {
     fn interest(&self) -> Interest {
         Interest::NONE
     }
-    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+    fn tools(&self) -> Vec<SharedTool> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.tools
             .iter()
             .map(|(name, out)| {
                 let out = out.to_string();
-                Arc::new(FunctionTool::new(
+                SharedTool::new(FunctionTool::new(
                     *name,
                     "hook tool",
                     json!({"type": "object"}),
@@ -768,7 +768,7 @@ impl Hook for Contributes {
                         let out = out.clone();
                         async move { Ok(out) }
                     },
-                )) as Arc<dyn Tool>
+                ))
             })
             .collect()
     }

@@ -310,7 +310,7 @@ impl TempDir {
 /// Waits (bounded) until the store holds exactly the agent's in-memory conversation
 /// of `key` — a cancelled call's save runs in a background task — then asserts the
 /// stored conversation is valid and returns it.
-pub async fn assert_saved(agent: &Agent, store: &dyn SessionStore, key: &SessionKey) -> Vec<Msg> {
+pub async fn assert_saved(agent: &Agent, store: &impl SessionStore, key: &SessionKey) -> Vec<Msg> {
     let mut last = (Vec::new(), Vec::new());
     for _ in 0..2000 {
         let memory = agent.messages(key).await;

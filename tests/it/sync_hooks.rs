@@ -176,17 +176,19 @@ async fn an_erroring_sync_abort_hook_aborts_with_its_error() {
 }
 
 #[test]
-fn a_sync_hook_reports_no_timeout_and_forwards_its_settings() {
+fn a_sync_hook_reports_no_timeout_and_its_settings_in_one_value() {
     let log = Log::default();
     let h = SyncRecorder {
         policy: FailurePolicy::Ignore,
         ..SyncRecorder::new("s", 7, &log)
     };
-    assert_eq!(Hook::timeout(&h), None);
-    assert_eq!(Hook::priority(&h), 7);
-    assert_eq!(Hook::name(&h), "s");
-    assert_eq!(Hook::failure_policy(&h), FailurePolicy::Ignore);
-    assert_eq!(Hook::interest(&h), Interest::only(EventKind::PreActing));
+    let s = HookSettings::of_sync(&h);
+    assert_eq!(s.timeout, None);
+    assert_eq!(s.priority, 7);
+    assert_eq!(&*s.name, "s");
+    assert_eq!(s.failure_policy, FailurePolicy::Ignore);
+    assert_eq!(s.interest, Interest::only(EventKind::PreActing));
+    assert!(s.sync);
 }
 
 /// Records the timestamp each hook saw, per event kind, and sleeps between hooks.

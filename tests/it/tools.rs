@@ -328,11 +328,15 @@ fn removing_from_a_toolkit_without_deletion_is_an_error() {
 #[test]
 fn copy_shares_tool_instances_but_not_the_registry() {
     let log = Log::default();
-    let tool: Arc<dyn Tool> = Arc::new(add_tool(&log));
+    let tool = SharedTool::new(add_tool(&log));
     let mut t = Toolkit::new();
-    t.register(Arc::clone(&tool)).unwrap();
+    t.register(tool.clone()).unwrap();
     let mut c = t.copy();
-    assert!(Arc::ptr_eq(&t.get("add").unwrap(), &c.get("add").unwrap()));
+    assert!(SharedTool::ptr_eq(
+        &t.get("add").unwrap(),
+        &c.get("add").unwrap()
+    ));
+    assert!(SharedTool::ptr_eq(&tool, &c.get("add").unwrap()));
     c.remove("add").unwrap();
     assert!(t.contains("add"));
 }

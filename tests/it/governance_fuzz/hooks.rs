@@ -311,19 +311,41 @@ impl<H: Hook> Hook for LibGov<H> {
     }
 }
 
+/// The sync library hook (masking), recording likewise.
+impl SyncHook for LibGov<rein::hooks::MaskingHook> {
+    fn name(&self) -> &str {
+        &self.label
+    }
+    fn priority(&self) -> i32 {
+        self.inner.priority()
+    }
+    fn interest(&self) -> Interest {
+        self.inner.interest()
+    }
+    fn failure_policy(&self) -> FailurePolicy {
+        self.inner.failure_policy()
+    }
+    fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        record_seen(&self.obs, &self.label, event);
+        let result = self.inner.on_event(event);
+        record_denied(&self.obs, event);
+        result
+    }
+}
+
 /// A builder that takes hooks (an agent's or a declaration's).
 pub trait Hooked: Sized {
-    fn with_hook(self, h: impl IntoHook) -> Self;
+    fn with_hook<M>(self, h: impl IntoHook<M>) -> Self;
 }
 
 impl Hooked for AgentBuilder {
-    fn with_hook(self, h: impl IntoHook) -> Self {
+    fn with_hook<M>(self, h: impl IntoHook<M>) -> Self {
         self.hook(h)
     }
 }
 
 impl Hooked for SubagentDeclarationBuilder {
-    fn with_hook(self, h: impl IntoHook) -> Self {
+    fn with_hook<M>(self, h: impl IntoHook<M>) -> Self {
         self.hook(h)
     }
 }
