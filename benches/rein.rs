@@ -158,6 +158,58 @@ mod masking {
             .counter(divan::counter::BytesCount::new(corpus.len()))
             .bench_local(|| black_box(masker.mask(black_box(&corpus))).len());
     }
+
+    /// The mixed corpus with international personal data (E.164 and NANP numbers, IBANs,
+    /// SSNs) in place of the Chinese items, still about 1% of the bytes.
+    #[divan::bench(args = [1024 * 1024])]
+    fn mixed_corpus_international(bencher: Bencher, bytes: usize) {
+        let masker = SensitiveDataMasker::default();
+        let corpus = international_corpus(bytes);
+        bencher
+            .counter(divan::counter::BytesCount::new(corpus.len()))
+            .bench_local(|| black_box(masker.mask(black_box(&corpus))).len());
+    }
+
+    /// Adversarial input for the international kinds, 1 MiB: `+44 4 4 4 …` (`plus`: every
+    /// `+` walks 15 digit groups) and an IBAN with a bad checksum repeated (`iban`: every
+    /// one is read whole and checked).
+    #[divan::bench(args = ["plus", "iban"])]
+    fn worst_case_international(bencher: Bencher, kind: &str) {
+        let masker = SensitiveDataMasker::default();
+        let unit = if kind == "plus" {
+            "+44 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 "
+        } else {
+            "DE89 3704 0044 0532 0130 01 "
+        };
+        let corpus = unit.repeat(1024 * 1024 / unit.len());
+        bencher
+            .counter(divan::counter::BytesCount::new(corpus.len()))
+            .bench_local(|| black_box(masker.mask(black_box(&corpus))).len());
+    }
+
+    fn international_corpus(bytes: usize) -> String {
+        let personal = [
+            " call +1 (415) 555-0134 ",
+            " IBAN DE89 3704 0044 0532 0130 00 ",
+            " SSN 123-45-6789 ",
+            " or (415) 555-0134 ",
+            " +44 20 7946 0958 ",
+        ];
+        let mut out = masking_corpus(bytes);
+        // Replace about one item per 2.5 KB at char boundaries, keeping the length.
+        let mut at = 1200;
+        let mut k = 0;
+        while at < out.len() {
+            let mut cut = at;
+            while !out.is_char_boundary(cut) {
+                cut += 1;
+            }
+            out.insert_str(cut, personal[k % personal.len()]);
+            k += 1;
+            at += 2500;
+        }
+        out
+    }
 }
 
 /// A W1 call on a session that already holds N messages.
