@@ -179,19 +179,19 @@ fn assemble(
             }
             continue;
         }
-        match kind {
-            SensitiveKind::Custom(name) => match patterns.iter().position(|p| p.name == name) {
-                Some(pos) => removed[pos] = true,
-                None => {
-                    let err = MaskerError::UnknownKind { name };
-                    return Err(match index {
-                        Some(i) => err.at(format!("disabled[{i}]")),
-                        None => err,
-                    });
-                }
-            },
-            // Every built-in kind was handled above.
-            _ => {}
+        // Every built-in kind was handled above.
+        let SensitiveKind::Custom(name) = kind else {
+            continue;
+        };
+        match patterns.iter().position(|p| p.name == name) {
+            Some(pos) => removed[pos] = true,
+            None => {
+                let err = MaskerError::UnknownKind { name };
+                return Err(match index {
+                    Some(i) => err.at(format!("disabled[{i}]")),
+                    None => err,
+                });
+            }
         }
     }
     let mut flags = removed.into_iter();
