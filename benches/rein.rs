@@ -142,32 +142,20 @@ mod masking {
 
     #[divan::bench(args = [64 * 1024, 1024 * 1024])]
     fn mixed_corpus(bencher: Bencher, bytes: usize) {
-        let masker = SensitiveDataMasker::default();
-        let corpus = masking_corpus(bytes);
-        bencher
-            .counter(divan::counter::BytesCount::new(corpus.len()))
-            .bench_local(|| black_box(masker.mask(black_box(&corpus))).len());
+        throughput(bencher, masking_corpus(bytes));
     }
 
     /// Adversarial input: `1 1 1 …` (`digits`) and `a@a@a@…` (`email`), 1 MiB.
     #[divan::bench(args = ["digits", "email"])]
     fn worst_case(bencher: Bencher, kind: &str) {
-        let masker = SensitiveDataMasker::default();
-        let corpus = masking_worst_case(kind, 1024 * 1024);
-        bencher
-            .counter(divan::counter::BytesCount::new(corpus.len()))
-            .bench_local(|| black_box(masker.mask(black_box(&corpus))).len());
+        throughput(bencher, masking_worst_case(kind, 1024 * 1024));
     }
 
     /// The mixed corpus with international personal data (E.164 and NANP numbers, IBANs,
     /// SSNs) in place of the Chinese items, still about 1% of the bytes.
     #[divan::bench(args = [1024 * 1024])]
     fn mixed_corpus_international(bencher: Bencher, bytes: usize) {
-        let masker = SensitiveDataMasker::default();
-        let corpus = international_corpus(bytes);
-        bencher
-            .counter(divan::counter::BytesCount::new(corpus.len()))
-            .bench_local(|| black_box(masker.mask(black_box(&corpus))).len());
+        throughput(bencher, international_corpus(bytes));
     }
 
     /// Adversarial input for the international kinds, 1 MiB: `+44 4 4 4 …` (`plus`: every
@@ -175,13 +163,17 @@ mod masking {
     /// one is read whole and checked).
     #[divan::bench(args = ["plus", "iban"])]
     fn worst_case_international(bencher: Bencher, kind: &str) {
-        let masker = SensitiveDataMasker::default();
         let unit = if kind == "plus" {
             "+44 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 "
         } else {
             "DE89 3704 0044 0532 0130 01 "
         };
-        let corpus = unit.repeat(1024 * 1024 / unit.len());
+        throughput(bencher, unit.repeat(1024 * 1024 / unit.len()));
+    }
+
+    /// Bytes per second of the default masker on `corpus`.
+    fn throughput(bencher: Bencher, corpus: String) {
+        let masker = SensitiveDataMasker::default();
         bencher
             .counter(divan::counter::BytesCount::new(corpus.len()))
             .bench_local(|| black_box(masker.mask(black_box(&corpus))).len());
