@@ -62,8 +62,6 @@ mod config;
 mod dynamic_options;
 mod latency;
 mod masker;
-#[cfg(test)]
-mod masker_tests;
 mod masking;
 mod phrases;
 mod self_correction;

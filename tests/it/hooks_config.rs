@@ -185,7 +185,7 @@ fn a_disabled_section_is_still_validated() {
     let c = parse(json!({"approval": {"timeout_ms": 0}, "masking": {"enabled": false}}));
     let err = c.build().unwrap_err();
     assert!(err.to_string().contains("`approval.timeout_ms`"), "{err}");
-    let c = parse(json!({"masker": {"disabled": ["phone"]}}));
+    let c = parse(json!({"masker": {"disabled": ["phnoe"]}}));
     let err = c.build().unwrap_err();
     assert!(err.to_string().contains("`masker.disabled[0]`"), "{err}");
 }

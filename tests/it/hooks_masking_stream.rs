@@ -338,6 +338,12 @@ const PERSONAL: &[&str] = &[
     "4111 1111 1111 1111",
     MAIL,
     "user13900139000@x.com",
+    "+1 (415) 555-0134",
+    "+44 20 7946 0958",
+    "(415) 555-0134",
+    "DE89 3704 0044 0532 0130 00",
+    "GB29 NWBK 6016 1331 9268 19",
+    "123-45-6789",
 ];
 
 const FILLER: &[&str] = &[
@@ -357,6 +363,10 @@ const FILLER: &[&str] = &[
     "电话",
     "9",
     "X",
+    "(",
+    ")",
+    "AB ",
+    "+1 ",
     "12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 12 ",
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
     "99999999999999999999999999999999",

@@ -31,6 +31,7 @@ mod hooks_fail_closed;
 mod hooks_latency;
 mod hooks_latency_agents;
 mod hooks_masking;
+mod hooks_masking_intl;
 mod hooks_masking_stream;
 mod hooks_self_correction;
 mod hooks_tool_guard;

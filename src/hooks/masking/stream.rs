@@ -14,7 +14,7 @@ use crate::hooks::masker::{MAX_NUMBER_GROUPS, SensitiveDataMasker, is_soft};
 use crate::message::{ContentBlock, Msg, ToolResult, ToolUse};
 
 /// The carry-over is never cut inside a token shorter than this, whatever the carry
-/// limit: every built-in match (at most 23 bytes) fits with room to spare.
+/// limit: every built-in match (at most 42 bytes, a printed 34-character IBAN) fits.
 const MIN_TOKEN_HOLD: usize = 64;
 
 /// A call's event stream with personal data masked in **every** item it yields.
@@ -31,9 +31,11 @@ const MIN_TOKEN_HOLD: usize = 64;
 ///   (it failed) has its carry-over flushed at the top-level end.
 /// - When an agent's carry-over passes the carry limit, only the text before its
 ///   trailing *unfinished token* is emitted: the last word of ASCII letters, digits and
-///   `. _ % + - @` (full-width digits and letters included), extended back over the
+///   `. _ % + - @ ( )` (full-width digits and letters included), extended back over the
 ///   groups of a space-separated number while they could still form one number with
-///   it (at most five groups). That token is held back up to `max(carry_limit, 64)`
+///   it (at most five groups for Chinese mobile and card numbers; back to the last space
+///   no match can cross when a phone number's `+` or parentheses or an IBAN's upper-case
+///   letters are in reach). That token is held back up to `max(carry_limit, 64)`
 ///   bytes; a longer token is masked **whole** (replaced by the masker's replacement
 ///   string, and its continuation up to the next hard boundary is dropped) rather than
 ///   split in two unmasked halves. Emitting early may over-mask (a group of a long
@@ -292,8 +294,38 @@ fn feed(masker: &SensitiveDataMasker, limit: usize, buf: &mut Buffer, delta: &st
 }
 
 /// Start of the trailing unfinished token of `tail`, a run of soft characters (no hard
-/// boundary; every space in it follows an ASCII digit, so words are separated by single
-/// spaces).
+/// boundary; every space in it follows an ASCII digit, an upper-case ASCII letter or `)`).
+///
+/// First the last *exact* cut: a space followed by anything but a digit, an upper-case
+/// letter or `(` (no match continues across it: phone, card and IBAN groups start with
+/// one of those). Behind it, a phone number (`+`, parentheses) or an IBAN (upper-case
+/// groups) can span any of the spaces, so the token is everything after the exact cut.
+/// Without those, only Chinese mobile and card numbers span spaces, and the token is
+/// refined by [`digit_group_start`].
+fn unfinished_token_start(tail: &str) -> usize {
+    let b = tail.as_bytes();
+    let exact = b
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|&(i, &c)| {
+            c == b' '
+                && b.get(i + 1)
+                    .is_some_and(|&n| !(n.is_ascii_digit() || n.is_ascii_uppercase() || n == b'('))
+        })
+        .map_or(0, |(i, _)| i + 1);
+    let rest = &tail[exact..];
+    let cut = digit_group_start(rest);
+    let spans = |c: &u8| matches!(c, b'+' | b'(' | b')') || c.is_ascii_uppercase();
+    if rest.as_bytes()[..cut].iter().any(spans) {
+        exact
+    } else {
+        exact + cut
+    }
+}
+
+/// Start of the trailing token of `tail` when only space-separated digit groups can
+/// span its spaces (Chinese mobile and card numbers).
 ///
 /// The token is the last word, extended back over space-separated digit groups that
 /// could still be judged as one number with it. A cut at a space followed by a
@@ -302,7 +334,7 @@ fn feed(masker: &SensitiveDataMasker, limit: usize, buf: &mut Buffer, delta: &st
 /// (the masker then judges each group alone); otherwise the token reaches back to the
 /// word holding the sequence's first group, and when that word's leading digits close
 /// an earlier sequence, on over that one too.
-fn unfinished_token_start(tail: &str) -> usize {
+fn digit_group_start(tail: &str) -> usize {
     let b = tail.as_bytes();
     let Some(space) = b.iter().rposition(|&c| c == b' ') else {
         return 0;
@@ -470,5 +502,12 @@ mod tests {
             "86 138 0013 8000+86 138 0013 80"
         );
         assert_eq!(t("0 1 2 3 4 5 8000+86 138 0013 80"), "8000+86 138 0013 80");
+        // Phone numbers and IBANs span their spaces: the token reaches back to the last
+        // space that no match crosses.
+        assert_eq!(t("call +33 1 23 45 67 8"), "+33 1 23 45 67 8");
+        assert_eq!(t("x +1 (415) 55"), "+1 (415) 55");
+        assert_eq!(t("GB29 NWBK 6016 13"), "GB29 NWBK 6016 13");
+        assert_eq!(t("1 2 3 4 5 6 GB29 NWBK 60"), "1 2 3 4 5 6 GB29 NWBK 60");
+        assert_eq!(t("1 2 3 4 5 6 +44 20 79"), "+44 20 79");
     }
 }
