@@ -86,7 +86,11 @@ mod throughput {
     /// An fsync per record takes milliseconds on a disk: fewer records keep the sample
     /// short (the counter makes the rows comparable).
     fn records(policy: &str) -> u64 {
-        if policy == "every_record" { 2_000 } else { 20_000 }
+        if policy == "every_record" {
+            2_000
+        } else {
+            20_000
+        }
     }
 
     /// The JSONL sink as shipped: up to 256 records per write (and per sync).
@@ -194,42 +198,40 @@ mod wait_latency {
         let rt = multi_thread_runtime();
         let (agent, audit) = rt.block_on(async { agent(which) });
         let total = CALLERS * CALLS_PER_CALLER;
-        bencher
-            .counter(ItemsCount::new(total))
-            .bench_local(|| {
-                let spent = rt.block_on(async {
-                    let callers = (0..CALLERS).map(|c| {
-                        let agent = agent.clone();
-                        tokio::spawn(async move {
-                            let mut spent = Duration::ZERO;
-                            for _ in 0..CALLS_PER_CALLER {
-                                let session = format!("caller-{c}");
-                                let ctx = RunContext::new().with_session_id(session.as_str());
-                                let started = Instant::now();
-                                let reply = agent
-                                    .call_with(vec![Msg::user("What is 1 + 2?")], ctx)
-                                    .await
-                                    .unwrap();
-                                spent += started.elapsed();
-                                agent.forget_session(&SessionKey::new(None, &session));
-                                black_box(reply);
-                            }
-                            spent
-                        })
-                    });
-                    let mut spent = Duration::ZERO;
-                    for h in futures::future::join_all(callers).await {
-                        spent += h.unwrap();
-                    }
-                    spent
+        bencher.counter(ItemsCount::new(total)).bench_local(|| {
+            let spent = rt.block_on(async {
+                let callers = (0..CALLERS).map(|c| {
+                    let agent = agent.clone();
+                    tokio::spawn(async move {
+                        let mut spent = Duration::ZERO;
+                        for _ in 0..CALLS_PER_CALLER {
+                            let session = format!("caller-{c}");
+                            let ctx = RunContext::new().with_session_id(session.as_str());
+                            let started = Instant::now();
+                            let reply = agent
+                                .call_with(vec![Msg::user("What is 1 + 2?")], ctx)
+                                .await
+                                .unwrap();
+                            spent += started.elapsed();
+                            agent.forget_session(&SessionKey::new(None, &session));
+                            black_box(reply);
+                        }
+                        spent
+                    })
                 });
-                let dropped = audit.as_ref().map_or(0, |a| a.stats().dropped);
-                let mut rows = LATENCY.lock().unwrap();
-                let row = rows.entry(which).or_default();
-                row.0 += spent;
-                row.1 += total as u64;
-                row.2 = dropped;
+                let mut spent = Duration::ZERO;
+                for h in futures::future::join_all(callers).await {
+                    spent += h.unwrap();
+                }
+                spent
             });
+            let dropped = audit.as_ref().map_or(0, |a| a.stats().dropped);
+            let mut rows = LATENCY.lock().unwrap();
+            let row = rows.entry(which).or_default();
+            row.0 += spent;
+            row.1 += total as u64;
+            row.2 = dropped;
+        });
         if let Some(audit) = audit {
             rt.block_on(audit.flush()).unwrap();
         }

@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rein::hooks::{
     AuditConfig, AuditHook, AuditKind, AuditRecord, AuditSink, AuditSinkError, AuditStats,
-    AuditStatus,
-    JsonlAuditSink, MemoryAuditSink, QueueFull, SelfCorrectionConfig, SelfCorrectionHook,
-    SensitiveDataMasker,
+    AuditStatus, JsonlAuditSink, MemoryAuditSink, QueueFull, SelfCorrectionConfig,
+    SelfCorrectionHook, SensitiveDataMasker,
 };
 use rein::*;
 use serde_json::json;

@@ -270,13 +270,16 @@ impl Hook for FaultyGovernance {
     }
 }
 
-
 /// The identity of one audit record: (run id, kind, tool-call id).
 type RecordKey = (String, AuditKind, Option<String>);
 
 /// Runs after the audit hook (850) on the events it records and notes which record
 /// each must have produced: the expected trail, independent of the sink.
-struct ExpectedTrail(Arc<Mutex<Vec<RecordKey>>>);
+struct ExpectedTrail {
+    keys: Arc<Mutex<Vec<RecordKey>>>,
+    /// Tool calls by how they ended (`PostActing`): what the latency hook must time.
+    tools: Arc<Mutex<HashMap<Outcome, u64>>>,
+}
 
 impl Hook for ExpectedTrail {
     fn priority(&self) -> i32 {
@@ -300,18 +303,21 @@ impl Hook for ExpectedTrail {
                 (run, AuditKind::ReasoningRedone, None)
             }
             HookEvent::PostActing(e) => {
-                let kind = if e.was_denied() {
-                    AuditKind::ToolDenied
+                let (kind, outcome) = if e.was_denied() {
+                    (AuditKind::ToolDenied, Outcome::Denied)
+                } else if e.tool_result().is_error {
+                    (AuditKind::ToolCall, Outcome::Error)
                 } else {
-                    AuditKind::ToolCall
+                    (AuditKind::ToolCall, Outcome::Ok)
                 };
+                *self.tools.lock().unwrap().entry(outcome).or_default() += 1;
                 (run, kind, Some(e.tool_use().id.clone()))
             }
             HookEvent::PostCall(_) => (run, AuditKind::FinalAnswer, None),
             HookEvent::Error(_) => (run, AuditKind::Error, None),
             _ => return Ok(()),
         };
-        self.0.lock().unwrap().push(key);
+        self.keys.lock().unwrap().push(key);
         Ok(())
     }
 }
@@ -384,6 +390,7 @@ async fn load_run(calls: usize, sessions: usize, on_full: QueueFull, capacity: u
 
     let fifo = Arc::new(Mutex::new(HashMap::new()));
     let expected = Arc::new(Mutex::new(Vec::new()));
+    let tools = Arc::new(Mutex::new(HashMap::new()));
     let hooks = production_hooks(&path, on_full, capacity);
     let store = InMemorySessionStore::new();
     let agent = hooks
@@ -401,7 +408,10 @@ async fn load_run(calls: usize, sessions: usize, on_full: QueueFull, capacity: u
         .hook(FaultyGovernance {
             policy: FailurePolicy::Ignore,
         })
-        .hook(ExpectedTrail(expected.clone()))
+        .hook(ExpectedTrail {
+            keys: expected.clone(),
+            tools: tools.clone(),
+        })
         .session_store(store.clone())
         .build()
         .unwrap();
@@ -540,22 +550,40 @@ async fn load_run(calls: usize, sessions: usize, on_full: QueueFull, capacity: u
         .filter(|(_, kind, _)| matches!(kind, AuditKind::ToolCall | AuditKind::ToolDenied))
         .count() as u64;
     let latency = hooks.latency().unwrap().snapshot();
-    assert_eq!(latency.count_outcome(Segment::E2e, Outcome::Ok), ok, "e2e ok");
+    assert_eq!(
+        latency.count_outcome(Segment::E2e, Outcome::Ok),
+        ok,
+        "e2e ok"
+    );
     assert_eq!(
         latency.count_outcome(Segment::E2e, Outcome::Error),
         failed,
         "e2e error"
     );
+    // A call cancelled while it waited for its session never started (no `PreCall`,
+    // no timer); one cancelled after it started is timed as cancelled.
+    let started_calls: u64 = fifo.values().map(|c| c.len() as u64).sum();
+    let cancelled_after_start = started_calls - ok - failed;
+    assert!(cancelled_after_start <= cancelled);
     assert_eq!(
         latency.count_outcome(Segment::E2e, Outcome::Cancelled),
-        cancelled,
+        cancelled_after_start,
         "e2e cancelled"
     );
-    let tool_samples: u64 = [Outcome::Ok, Outcome::Error, Outcome::Denied]
-        .into_iter()
-        .map(|o| latency.count_outcome(Segment::Tool, o))
-        .sum();
-    assert_eq!(tool_samples, tool_calls, "one tool sample per tool call");
+    // One tool sample per tool call that ended; a call failed by a hook after the
+    // latency hook timed it (an aborting governance hook) adds an `error` sample.
+    let tools = tools.lock().unwrap().clone();
+    let ended = |o: Outcome| tools.get(&o).copied().unwrap_or(0);
+    assert_eq!(
+        latency.count_outcome(Segment::Tool, Outcome::Ok),
+        ended(Outcome::Ok)
+    );
+    assert_eq!(
+        latency.count_outcome(Segment::Tool, Outcome::Denied),
+        ended(Outcome::Denied)
+    );
+    assert!(latency.count_outcome(Segment::Tool, Outcome::Error) >= ended(Outcome::Error));
+    assert!(ended(Outcome::Ok) > 0);
 
     let audit = hooks.audit().unwrap();
     tokio::time::timeout(bound, audit.flush())
@@ -635,20 +663,28 @@ async fn ten_thousand_calls_through_the_production_hooks_keep_every_audit_record
         assert!(seen.insert(record_key(r)), "written twice: {r:?}");
     }
     let expected: HashSet<RecordKey> = run.expected.iter().cloned().collect();
-    assert_eq!(expected.len(), run.expected.len(), "a record expected twice");
+    assert_eq!(
+        expected.len(),
+        run.expected.len(),
+        "a record expected twice"
+    );
     assert_eq!(seen, expected, "the file differs from the records produced");
     assert_session_order(&run);
-    // The rewrites were audited: capped by the guard, then edited by the approver.
+    // The rewrites were audited: what the model asked for, and the approver's edit.
     let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
     for r in &run.lines {
         *by_kind.entry(r.kind.as_str().to_owned()).or_default() += 1;
         if r.kind == AuditKind::ToolCall && r.args.as_ref().is_some_and(|a| a["mode"] == "Tool") {
-            assert_eq!(r.rewritten_by, ["ToolGuardHook", "ApprovalHook"], "{r:?}");
+            // Without the decision trail, the last rewriter of the pass is named.
+            assert_eq!(r.rewritten_by, ["ApprovalHook"], "{r:?}");
             assert_eq!(r.args.as_ref().unwrap()["amount"], 7, "{r:?}");
             assert_eq!(r.original_args.as_ref().unwrap()["amount"], 5000, "{r:?}");
         }
     }
-    assert!(by_kind.get("reasoning-redone").copied().unwrap_or(0) > 0, "{by_kind:?}");
+    assert!(
+        by_kind.get("reasoning-redone").copied().unwrap_or(0) > 0,
+        "{by_kind:?}"
+    );
     eprintln!("audit records by kind: {by_kind:?}");
 }
 
@@ -659,8 +695,16 @@ async fn in_drop_mode_written_plus_dropped_is_exactly_the_records_produced() {
     let calls: usize = env_or("REIN_LOAD_CALLS", 10_000) / 3;
     let sessions: usize = env_or("REIN_LOAD_SESSIONS", 1_000) / 3;
     let run = load_run(calls.max(1), sessions.max(1), QueueFull::Drop, 8).await;
-    assert_eq!(run.written + run.dropped, run.produced, "records unaccounted for");
-    assert_eq!(run.lines.len() as u64, run.written, "the file holds what was written");
+    assert_eq!(
+        run.written + run.dropped,
+        run.produced,
+        "records unaccounted for"
+    );
+    assert_eq!(
+        run.lines.len() as u64,
+        run.written,
+        "the file holds what was written"
+    );
     let expected: HashSet<RecordKey> = run.expected.iter().cloned().collect();
     let mut seen: HashSet<RecordKey> = HashSet::new();
     for r in &run.lines {

@@ -234,7 +234,9 @@ impl AuditSink for JsonlAuditSink {
     /// remain in a regular file.
     async fn write(&self, record: AuditRecord) -> Result<(), AuditSinkError> {
         let mut results = self.write_lines(vec![record]).await?;
-        results.pop().unwrap_or_else(|| Err(std::io::Error::other("no result")))?;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(std::io::Error::other("no result")))?;
         Ok(())
     }
 
@@ -250,7 +252,9 @@ impl AuditSink for JsonlAuditSink {
                 .into_iter()
                 .map(|r| r.map_err(AuditSinkError::from))
                 .collect(),
-            Err(e) => (0..n).map(|_| Err(AuditSinkError::new(e.message()))).collect(),
+            Err(e) => (0..n)
+                .map(|_| Err(AuditSinkError::new(e.message())))
+                .collect(),
         }
     }
 
