@@ -121,7 +121,7 @@ impl Model for LoadModel {
                 .rev()
                 .find(|m| m.role == Role::User)
                 .and_then(|m| call_id(&m.text()))
-                .is_some_and(|(_, c)| c % 2 == 0);
+                .is_some_and(|(_, c)| c.is_multiple_of(2));
         let answer = if promise {
             "已退款, call 13812345678"
         } else {
@@ -429,7 +429,7 @@ async fn load_run(calls: usize, sessions: usize, on_full: QueueFull, capacity: u
     // One context per call, kept by the test: after the call it must hold no hook state.
     let call = |s: usize, c: usize, fault: Fault| {
         // Every fourth call mentions a refund: the dynamic-options hook switches profile.
-        let refund = if c % 4 == 0 { " 退款" } else { "" };
+        let refund = if c.is_multiple_of(4) { " 退款" } else { "" };
         let input = Msg::user(format!("s{s} c{c}{refund} {}", fault.tag()));
         let ctx = session(&format!("load-{s}"));
         runs.lock().unwrap().insert(ctx.run_id().to_owned(), (s, c));
