@@ -473,6 +473,16 @@ impl ApprovalHook {
         edits.remove(&call.id).is_some_and(|edited| &edited == call)
     }
 
+    /// How many calls this hook edited ([`ApprovalDecision::Edit`]) and has not seen
+    /// again in their re-check pass yet: 0 whenever no edited call is in flight, so a
+    /// count that stays above 0 after every call finished is per-call state left behind.
+    pub fn edits_in_flight(&self) -> usize {
+        self.edits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
     /// The settings.
     pub fn config(&self) -> &ApprovalConfig {
         &self.config

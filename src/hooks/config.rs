@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::approval::{ApprovalConfig, ApprovalHook, Approver, SharedApprover};
 use super::audit::{
-    AuditConfig, AuditHook, AuditSink, AuditSinkConfig, JsonlAuditSink, TracingAuditSink,
+    AuditConfig, AuditHook, AuditSink, AuditSinkConfig, DynAuditSink, JsonlAuditSink,
+    TracingAuditSink,
 };
 use super::dynamic_options::{DynamicOptionsConfig, DynamicOptionsHook};
 use super::latency::{LatencyConfig, LatencyHook};
@@ -68,7 +69,7 @@ pub struct HooksConfig {
 #[derive(Clone, Default)]
 pub struct HookServices {
     approver: Option<SharedApprover>,
-    audit_sink: Option<Arc<dyn AuditSink>>,
+    audit_sink: Option<Arc<dyn DynAuditSink>>,
 }
 
 impl std::fmt::Debug for HookServices {
@@ -100,9 +101,9 @@ impl HookServices {
         self
     }
 
-    /// The sink of the [`AuditHook`], shared.
+    /// The sink of the [`AuditHook`], shared: keep a clone of the `Arc` to read it.
     #[must_use]
-    pub fn audit_sink_arc(mut self, sink: Arc<dyn AuditSink>) -> Self {
+    pub fn audit_sink_arc<S: AuditSink>(mut self, sink: Arc<S>) -> Self {
         self.audit_sink = Some(sink);
         self
     }
@@ -250,14 +251,14 @@ impl HooksConfig {
             None
         };
         let audit = if self.audit.enabled {
-            let sink: Arc<dyn AuditSink> = match (&services.audit_sink, &self.audit.sink) {
+            let sink: Arc<dyn DynAuditSink> = match (&services.audit_sink, &self.audit.sink) {
                 (Some(sink), _) => Arc::clone(sink),
                 (None, AuditSinkConfig::Tracing) => Arc::new(TracingAuditSink),
                 (None, AuditSinkConfig::Jsonl { path, durability }) => {
                     Arc::new(JsonlAuditSink::open_configured(path, *durability)?)
                 }
             };
-            Some(Arc::new(AuditHook::new(
+            Some(Arc::new(AuditHook::with_erased(
                 self.audit.clone(),
                 masker.clone(),
                 sink,

@@ -202,6 +202,77 @@ async fn after_a_failed_write_the_counts_match_exactly_the_records_in_the_target
     );
 }
 
+/// A write target that accepts `room` bytes in all, then fails with "no space left".
+#[derive(Clone)]
+struct CappedTarget {
+    data: Arc<Mutex<Vec<u8>>>,
+    room: Arc<AtomicU64>,
+}
+
+impl Write for CappedTarget {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let room = self.room.load(Ordering::SeqCst) as usize;
+        if room == 0 {
+            return Err(std::io::ErrorKind::StorageFull.into());
+        }
+        let n = buf.len().min(room);
+        self.room.fetch_sub(n as u64, Ordering::SeqCst);
+        self.data.lock().unwrap().extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_batch_that_fails_part_way_acknowledges_exactly_the_complete_lines_before_it() {
+    // Room for two lines and part of the third.
+    let line = record_line(1).len() as u64 + 1;
+    let target = CappedTarget {
+        data: Arc::default(),
+        room: Arc::new(AtomicU64::new(2 * line + 10)),
+    };
+    let sink = JsonlAuditSink::from_writer(target.clone(), Durability::None).unwrap();
+    let results = sink.write_batch((1..=5).map(record).collect()).await;
+    let ok: Vec<bool> = results.iter().map(Result::is_ok).collect();
+    assert_eq!(ok, [true, true, false, false, false]);
+    // The target recovers: the next batch starts on a line of its own.
+    target.room.store(u64::MAX, Ordering::SeqCst);
+    let results = sink.write_batch(vec![record(6), record(7)]).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let data = String::from_utf8(target.data.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = data.lines().collect();
+    assert_eq!(lines.len(), 5, "{data}");
+    assert_eq!(lines[0], record_line(1));
+    assert_eq!(lines[1], record_line(2));
+    assert_eq!(lines[2], &record_line(3)[..10], "the fragment stays apart");
+    assert_eq!(lines[3], record_line(6));
+    assert_eq!(lines[4], record_line(7));
+}
+
+#[tokio::test]
+async fn a_batch_on_a_file_writes_one_line_per_record_in_order_under_every_policy() {
+    for durability in [
+        Durability::EveryRecord,
+        Durability::default(),
+        Durability::None,
+    ] {
+        let dir = TempDir::new("audit-batch");
+        let path = dir.path().join("audit.jsonl");
+        let sink = JsonlAuditSink::open_with(&path, durability).unwrap();
+        let results = sink.write_batch((1..=300).map(record).collect()).await;
+        assert_eq!(results.len(), 300);
+        assert!(results.iter().all(Result::is_ok));
+        assert!(sink.write_batch(Vec::new()).await.is_empty());
+        sink.flush().await.unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let expected: String = (1..=300).map(|n| record_line(n) + "\n").collect();
+        assert_eq!(text, expected, "{durability:?}");
+    }
+}
+
 fn record_line(seq: u64) -> String {
     format!(
         r#"{{"type":"final-answer","ts_ms":{seq},"agent":"a","agent_id":"a1","depth":0,"session_id":"s","run_id":"r{seq}","answer":"record {seq}"}}"#
@@ -248,8 +319,9 @@ async fn a_torn_last_line_is_kept_apart_and_never_merged_with_the_next_record() 
 const CHILD_ENV: &str = "REIN_AUDIT_CRASH_FILE";
 
 /// Runs only as the audit crash test's child: appends records with `EveryRecord`
-/// durability, numbering on from the file's last complete record, printing `ack <seq>`
-/// after each write resolved.
+/// durability, numbering on from the file's last complete record, in batches of 1 to 7
+/// records ([`AuditSink::write_batch`]: one write and one sync each), printing
+/// `ack <seq>` for each record once its batch resolved.
 #[test]
 #[ignore = "the child process of the audit crash test; does nothing without REIN_AUDIT_CRASH_FILE"]
 fn audit_crash_child_entry_point_writes_records_until_killed() {
@@ -268,9 +340,16 @@ fn audit_crash_child_entry_point_writes_records_until_killed() {
         .unwrap();
     let sink = JsonlAuditSink::open_with(&path, Durability::EveryRecord).unwrap();
     let mut out = std::io::stdout().lock();
-    for seq in last + 1.. {
-        rt.block_on(sink.write(record(seq))).unwrap();
-        writeln!(out, "ack {seq}").unwrap();
+    let mut seq = last + 1;
+    loop {
+        let batch: Vec<u64> = (seq..seq + 1 + seq % 7).collect();
+        seq += batch.len() as u64;
+        let results = rt.block_on(sink.write_batch(batch.iter().map(|&n| record(n)).collect()));
+        assert_eq!(results.len(), batch.len());
+        for (n, result) in batch.iter().zip(results) {
+            result.unwrap();
+            writeln!(out, "ack {n}").unwrap();
+        }
         out.flush().unwrap();
     }
 }

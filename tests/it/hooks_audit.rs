@@ -4,11 +4,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use futures::future::BoxFuture;
 use rein::hooks::{
-    AuditConfig, AuditHook, AuditKind, AuditRecord, AuditSink, AuditSinkError, AuditStatus,
-    JsonlAuditSink, MemoryAuditSink, QueueFull, SelfCorrectionConfig, SelfCorrectionHook,
-    SensitiveDataMasker,
+    AuditConfig, AuditHook, AuditKind, AuditRecord, AuditSink, AuditSinkError, AuditStats,
+    AuditStatus, JsonlAuditSink, MemoryAuditSink, QueueFull, SelfCorrectionConfig,
+    SelfCorrectionHook, SensitiveDataMasker,
 };
 use rein::*;
 use serde_json::json;
@@ -35,9 +34,9 @@ fn audit(sink: &MemoryAuditSink) -> Arc<AuditHook> {
 struct FailingSink(Arc<AtomicUsize>);
 
 impl AuditSink for FailingSink {
-    fn write(&self, _: AuditRecord) -> BoxFuture<'_, Result<(), AuditSinkError>> {
+    async fn write(&self, _: AuditRecord) -> Result<(), AuditSinkError> {
         self.0.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async { Err(AuditSinkError::new("disk full")) })
+        Err(AuditSinkError::new("disk full"))
     }
 }
 
@@ -48,12 +47,10 @@ struct GatedSink {
 }
 
 impl AuditSink for GatedSink {
-    fn write(&self, r: AuditRecord) -> BoxFuture<'_, Result<(), AuditSinkError>> {
-        Box::pin(async move {
-            let permit = self.gate.acquire().await;
-            drop(permit);
-            self.inner.write(r).await
-        })
+    async fn write(&self, r: AuditRecord) -> Result<(), AuditSinkError> {
+        let permit = self.gate.acquire().await;
+        drop(permit);
+        self.inner.write(r).await
     }
 }
 
@@ -504,4 +501,69 @@ async fn records_carry_the_wall_clock_time_of_their_event() {
             r.ts_ms
         );
     }
+}
+
+/// Notes the size of every batch it is handed (each waits for a permit), and reports
+/// `results` results per batch (`None`: one per record).
+struct BatchSizes {
+    sizes: Arc<std::sync::Mutex<Vec<usize>>>,
+    gate: Arc<Semaphore>,
+    results: Option<usize>,
+}
+
+impl AuditSink for BatchSizes {
+    async fn write(&self, _: AuditRecord) -> Result<(), AuditSinkError> {
+        Ok(())
+    }
+
+    async fn write_batch(&self, records: Vec<AuditRecord>) -> Vec<Result<(), AuditSinkError>> {
+        drop(self.gate.acquire().await);
+        self.sizes.lock().unwrap().push(records.len());
+        let n = self.results.unwrap_or(records.len());
+        (0..n).map(|_| Ok(())).collect()
+    }
+}
+
+async fn batched_run(calls: usize, results: Option<usize>) -> (Vec<usize>, AuditStats) {
+    let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let gate = Arc::new(Semaphore::new(0));
+    let hook = audit_with(
+        AuditConfig::default(),
+        BatchSizes {
+            sizes: sizes.clone(),
+            gate: gate.clone(),
+            results,
+        },
+    );
+    let model = ScriptedModel::new((0..calls).map(|_| ScriptedTurn::text("ok")));
+    let agent = builder(&model).hook(hook.clone()).build().unwrap();
+    for i in 0..calls {
+        agent
+            .call_with(vec![Msg::user("hi")], session(&format!("s{i}")))
+            .await
+            .unwrap();
+    }
+    gate.add_permits(calls);
+    hook.flush().await.unwrap();
+    let sizes = sizes.lock().unwrap().clone();
+    (sizes, hook.stats())
+}
+
+#[tokio::test]
+async fn the_writer_hands_queued_records_to_the_sink_in_batches_of_at_most_256() {
+    let (sizes, stats) = batched_run(300, None).await;
+    assert_eq!(sizes.iter().sum::<usize>(), 300, "{sizes:?}");
+    assert!(sizes.iter().all(|&n| n <= 256), "{sizes:?}");
+    assert!(
+        sizes.iter().any(|&n| n > 1),
+        "records queued behind a slow write go in one batch: {sizes:?}"
+    );
+    assert_eq!((stats.written, stats.dropped), (300, 0));
+}
+
+#[tokio::test]
+async fn a_sink_that_reports_fewer_results_than_records_has_the_rest_counted_as_dropped() {
+    let (sizes, stats) = batched_run(5, Some(0)).await;
+    assert_eq!(sizes.iter().sum::<usize>(), 5, "{sizes:?}");
+    assert_eq!((stats.written, stats.dropped), (0, 5));
 }

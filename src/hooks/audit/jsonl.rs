@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
@@ -94,12 +93,16 @@ pub struct JsonlAuditSink {
     jobs: mpsc::Sender<Job>,
 }
 
-/// What the writer thread is asked to do. The record is moved in by value: boxing it
-/// would cost an allocation per record to shrink a rare `Flush`.
-#[allow(clippy::large_enum_variant)]
+/// What the writer thread is asked to do: write records (one result per record, in
+/// order) or sync.
 enum Job {
-    Write(AuditRecord, oneshot::Sender<std::io::Result<()>>),
+    Write(Vec<AuditRecord>, oneshot::Sender<Vec<std::io::Result<()>>>),
     Flush(oneshot::Sender<std::io::Result<()>>),
+}
+
+/// The writer thread is gone (it panicked, or could not be reached).
+fn gone() -> AuditSinkError {
+    AuditSinkError::new("the JSONL audit writer thread is gone")
 }
 
 impl JsonlAuditSink {
@@ -182,6 +185,7 @@ impl JsonlAuditSink {
             target,
             torn,
             buf: Vec::new(),
+            ends: Vec::new(),
             durability,
             unsynced_since: None,
         };
@@ -211,20 +215,16 @@ impl JsonlAuditSink {
         self.recovered_torn_tail
     }
 
-    /// Hands `job` to the thread and awaits its answer.
-    fn ask(
+    /// Hands `records` to the thread and awaits one result per record.
+    async fn write_lines(
         &self,
-        job: impl FnOnce(oneshot::Sender<std::io::Result<()>>) -> Job,
-    ) -> BoxFuture<'_, Result<(), AuditSinkError>> {
+        records: Vec<AuditRecord>,
+    ) -> Result<Vec<std::io::Result<()>>, AuditSinkError> {
         let (tx, rx) = oneshot::channel();
-        let sent = self.jobs.send(job(tx)).is_ok();
-        Box::pin(async move {
-            let gone = || AuditSinkError::new("the JSONL audit writer thread is gone");
-            if !sent {
-                return Err(gone());
-            }
-            rx.await.map_err(|_| gone())?.map_err(Into::into)
-        })
+        self.jobs
+            .send(Job::Write(records, tx))
+            .map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())
     }
 }
 
@@ -232,14 +232,38 @@ impl AuditSink for JsonlAuditSink {
     /// Resolves once the line's bytes were all accepted by the operating system (and,
     /// with [`Durability::EveryRecord`], synced); an error means none of its bytes
     /// remain in a regular file.
-    fn write(&self, record: AuditRecord) -> BoxFuture<'_, Result<(), AuditSinkError>> {
-        self.ask(|ack| Job::Write(record, ack))
+    async fn write(&self, record: AuditRecord) -> Result<(), AuditSinkError> {
+        let mut results = self.write_lines(vec![record]).await?;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(std::io::Error::other("no result")))?;
+        Ok(())
+    }
+
+    /// Writes the lines with as few system calls as the operating system allows and,
+    /// with [`Durability::EveryRecord`], one sync for the batch before acknowledging
+    /// it. Each record's result is as for [`write`](AuditSink::write): `Ok` once all
+    /// the bytes of its line were accepted (and synced, under `EveryRecord`); a failure
+    /// part-way acknowledges the complete lines before it and takes back the rest.
+    async fn write_batch(&self, records: Vec<AuditRecord>) -> Vec<Result<(), AuditSinkError>> {
+        let n = records.len();
+        match self.write_lines(records).await {
+            Ok(results) => results
+                .into_iter()
+                .map(|r| r.map_err(AuditSinkError::from))
+                .collect(),
+            Err(e) => (0..n)
+                .map(|_| Err(AuditSinkError::new(e.message())))
+                .collect(),
+        }
     }
 
     /// Syncs the file (whatever the [`Durability`]): every record acknowledged before
     /// this call is on stable storage when it resolves `Ok`.
-    fn flush(&self) -> BoxFuture<'_, Result<(), AuditSinkError>> {
-        self.ask(Job::Flush)
+    async fn flush(&self) -> Result<(), AuditSinkError> {
+        let (tx, rx) = oneshot::channel();
+        self.jobs.send(Job::Flush(tx)).map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?.map_err(Into::into)
     }
 }
 
@@ -308,8 +332,10 @@ struct Appender {
     target: Target,
     /// The target ends with an incomplete line: the next line starts with a newline.
     torn: bool,
-    /// The bytes of the line being written (reused; never carried to the next record).
+    /// The bytes of the lines being written (reused; never carried to the next batch).
     buf: Vec<u8>,
+    /// Where each line of `buf` ends (one past its newline).
+    ends: Vec<usize>,
     durability: Durability,
     /// When the oldest written but not yet synced record was written.
     unsynced_since: Option<Instant>,
@@ -341,11 +367,11 @@ impl Appender {
                 },
             };
             match job {
-                Job::Write(record, ack) => {
-                    let result = self.append(&record);
-                    drop(record);
+                Job::Write(records, ack) => {
+                    let results = self.append(&records);
+                    drop(records);
                     // The waiting side may be gone (a cancelled write): nothing to tell.
-                    let _ = ack.send(result);
+                    let _ = ack.send(results);
                 }
                 Job::Flush(ack) => {
                     let _ = ack.send(self.sync());
@@ -371,61 +397,109 @@ impl Appender {
         }
     }
 
-    /// Writes one record as one line; on failure, takes back whatever part of it was
-    /// written (or marks the target torn when that is impossible).
-    fn append(&mut self, record: &AuditRecord) -> std::io::Result<()> {
+    /// Writes the records as one line each, with one write (as far as the operating
+    /// system takes it) and at most one sync. Returns one result per record: the
+    /// complete lines before a failed write are acknowledged, the partly written line
+    /// after them is taken back (or, where that is impossible, the target is marked
+    /// torn) and it and the rest fail. A failed `EveryRecord` sync takes back and fails
+    /// every line of the batch.
+    fn append(&mut self, records: &[AuditRecord]) -> Vec<std::io::Result<()>> {
+        if records.is_empty() {
+            return Vec::new();
+        }
         self.buf.clear();
+        self.ends.clear();
         if self.torn {
             self.buf.push(b'\n');
         }
-        if serde_json::to_writer(&mut self.buf, record).is_err() {
-            self.buf.truncate(usize::from(self.torn));
-            self.buf.extend_from_slice(record.to_json_line().as_bytes());
-        }
-        self.buf.push(b'\n');
-        let mut done = 0;
-        let written = loop {
-            if done == self.buf.len() {
-                break Ok(());
+        for record in records {
+            let start = self.buf.len();
+            if serde_json::to_writer(&mut self.buf, record).is_err() {
+                self.buf.truncate(start);
+                self.buf.extend_from_slice(record.to_json_line().as_bytes());
             }
+            self.buf.push(b'\n');
+            self.ends.push(self.buf.len());
+        }
+        let mut done = 0;
+        let mut failure = None;
+        while done < self.buf.len() {
             match self.target.write(&self.buf[done..]) {
-                Ok(0) => break Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(0) => {
+                    failure = Some(std::io::Error::from(std::io::ErrorKind::WriteZero));
+                    break;
+                }
                 Ok(n) => done += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => break Err(e),
-            }
-        };
-        let result = written.and_then(|()| match self.durability {
-            Durability::EveryRecord => self.sync(),
-            Durability::Batched { max_delay_ms: 0 } => {
-                self.background_sync();
-                Ok(())
-            }
-            _ => {
-                self.unsynced_since.get_or_insert_with(Instant::now);
-                Ok(())
-            }
-        });
-        match result {
-            Ok(()) => {
-                self.torn = false;
-                Ok(())
-            }
-            Err(e) => {
-                if done > 0 && !self.target.retract(done) {
-                    // The written prefix stays: the target ends mid-line unless the
-                    // prefix ended with a newline (the separator alone, or the whole
-                    // line when only the sync failed).
-                    self.torn = self.buf[done - 1] != b'\n';
-                    tracing::error!(
-                        target: "rein::audit",
-                        bytes = done,
-                        "could not take back a partly written audit line"
-                    );
+                Err(e) => {
+                    failure = Some(e);
+                    break;
                 }
-                Err(e)
             }
         }
+        // The complete lines, and the bytes they span.
+        let complete = self.ends.iter().take_while(|&&end| end <= done).count();
+        let kept = complete.checked_sub(1).map_or(0, |last| self.ends[last]);
+        let mut stuck = false;
+        if done > kept {
+            stuck = !self.take_back(done, done - kept);
+        }
+        let synced = if kept == 0 {
+            Ok(())
+        } else {
+            match self.durability {
+                Durability::EveryRecord => self.sync(),
+                Durability::Batched { max_delay_ms: 0 } => {
+                    self.background_sync();
+                    Ok(())
+                }
+                _ => {
+                    self.unsynced_since.get_or_insert_with(Instant::now);
+                    Ok(())
+                }
+            }
+        };
+        let ok_lines = match synced {
+            Ok(()) => {
+                if kept > 0 && !stuck {
+                    self.torn = false;
+                }
+                complete
+            }
+            Err(e) => {
+                // Not acknowledged: take every line of the batch back.
+                if !stuck {
+                    self.take_back(kept, kept);
+                }
+                failure = Some(e);
+                0
+            }
+        };
+        let failure = failure.unwrap_or_else(|| std::io::Error::other("not written"));
+        (0..records.len())
+            .map(|i| {
+                if i < ok_lines {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::new(failure.kind(), failure.to_string()))
+                }
+            })
+            .collect()
+    }
+
+    /// Takes back the last `n` of the `written` bytes of `buf`. When that is
+    /// impossible the bytes stay, and the target is torn unless they ended a line.
+    fn take_back(&mut self, written: usize, n: usize) -> bool {
+        if self.target.retract(n) {
+            return true;
+        }
+        self.torn = self.buf[written - 1] != b'\n';
+        tracing::error!(
+            target: "rein::audit",
+            bytes = n,
+            "could not take back a partly written audit batch"
+        );
+        false
     }
 }
 

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 pub use jsonl::{Durability, JsonlAuditSink};
 pub use record::{AuditKind, AuditRecord, AuditStatus};
+pub(crate) use sink::DynAuditSink;
 pub use sink::{AuditSink, AuditSinkError, MemoryAuditSink, TracingAuditSink};
 
 use super::masker::SensitiveDataMasker;
@@ -248,8 +249,18 @@ impl fmt::Debug for AuditHook {
 
 impl AuditHook {
     /// A hook writing to `sink`, masking with `masker`. `config.sink` is ignored (it
-    /// only says which sink [`HooksConfig`](super::HooksConfig) builds).
-    pub fn new(config: AuditConfig, masker: SensitiveDataMasker, sink: Arc<dyn AuditSink>) -> Self {
+    /// only says which sink [`HooksConfig`](super::HooksConfig) builds). Pass an
+    /// `Arc<S>` to keep a handle on the sink.
+    pub fn new(config: AuditConfig, masker: SensitiveDataMasker, sink: impl AuditSink) -> Self {
+        Self::with_erased(config, masker, Arc::new(sink))
+    }
+
+    /// [`AuditHook::new`] with a sink already erased (see [`DynAuditSink`]).
+    pub(crate) fn with_erased(
+        config: AuditConfig,
+        masker: SensitiveDataMasker,
+        sink: Arc<dyn DynAuditSink>,
+    ) -> Self {
         Self {
             id: next_instance_id(),
             pipeline: Pipeline::new(sink, config.queue_capacity, config.on_full),
@@ -280,6 +291,14 @@ impl AuditHook {
     /// The sink's flush error.
     pub async fn flush(&self) -> Result<(), AuditSinkError> {
         self.pipeline.flush().await
+    }
+
+    /// Hands `record` to the queue as an event would (waiting for room when the queue
+    /// is full and `on_full = wait`). For the crate's benchmarks.
+    pub(crate) async fn submit(&self, record: AuditRecord) {
+        if let Err(blocked) = self.pipeline.try_submit(record) {
+            self.pipeline.submit_blocked(blocked).await;
+        }
     }
 
     fn mask_text(&self, text: &str) -> String {

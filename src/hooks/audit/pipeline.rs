@@ -9,7 +9,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use futures::FutureExt;
 use tokio::sync::Notify;
 
-use super::{AuditKind, AuditRecord, AuditSink, AuditSinkError, QueueFull};
+use super::sink::DynAuditSink;
+use super::{AuditKind, AuditRecord, AuditSinkError, QueueFull};
+
+/// The most records the writer hands to the sink at once: large enough that a batch
+/// amortises the sink's per-call cost (a system call, a sync), small enough that a
+/// full queue frees room in steps rather than all at the end of one huge write.
+const MAX_BATCH: usize = 256;
 
 #[derive(Default)]
 pub(super) struct Counters {
@@ -32,24 +38,41 @@ impl Counters {
     }
 }
 
-/// Writes one record, turning a failure or a panic into a counted drop.
-async fn deliver(sink: &dyn AuditSink, record: AuditRecord, counters: &Counters) {
-    let kind = record.kind;
-    match AssertUnwindSafe(async { sink.write(record).await })
+/// Writes a batch, turning each failure (or a panic: the whole batch) into a counted
+/// drop. `kinds` are the records' kinds, in order. Returns how many records finished.
+async fn deliver(
+    sink: &dyn DynAuditSink,
+    records: Vec<AuditRecord>,
+    kinds: &[AuditKind],
+    counters: &Counters,
+) -> u64 {
+    // Inside an `async` block: a panic while creating the future is caught too.
+    match AssertUnwindSafe(async { sink.write_batch_erased(records).await })
         .catch_unwind()
         .await
     {
-        Ok(Ok(())) => counters.written(),
-        Ok(Err(e)) => counters.dropped(&e.to_string(), kind),
-        Err(panic) => counters.dropped(
-            &format!("sink panicked: {}", crate::util::panic_message(&*panic)),
-            kind,
-        ),
+        Ok(results) => {
+            let mut results = results.into_iter();
+            for &kind in kinds {
+                match results.next() {
+                    Some(Ok(())) => counters.written(),
+                    Some(Err(e)) => counters.dropped(&e.to_string(), kind),
+                    None => counters.dropped("the sink returned no result for the record", kind),
+                }
+            }
+        }
+        Err(panic) => {
+            let why = format!("sink panicked: {}", crate::util::panic_message(&*panic));
+            for &kind in kinds {
+                counters.dropped(&why, kind);
+            }
+        }
     }
+    kinds.len() as u64
 }
 
-async fn flush_sink(sink: &dyn AuditSink) -> Result<(), AuditSinkError> {
-    AssertUnwindSafe(async { sink.flush().await })
+async fn flush_sink(sink: &dyn DynAuditSink) -> Result<(), AuditSinkError> {
+    AssertUnwindSafe(async { sink.flush_erased().await })
         .catch_unwind()
         .await
         .unwrap_or_else(|panic| {
@@ -86,7 +109,7 @@ impl Queue {
 
 /// Everything the hook and its writer task share.
 struct Shared {
-    sink: Arc<dyn AuditSink>,
+    sink: Arc<dyn DynAuditSink>,
     capacity: u64,
     on_full: QueueFull,
     queue: Mutex<Queue>,
@@ -102,17 +125,14 @@ struct Shared {
 /// it had taken but not written as dropped.
 struct Writer {
     shared: Arc<Shared>,
-    /// Records taken from the queue, being written in order.
-    batch: VecDeque<AuditRecord>,
-    /// The kind of the record handed to the sink and not yet finished.
-    writing: Option<AuditKind>,
+    /// The kinds of the batch handed to the sink and not yet finished, in order.
+    writing: Vec<AuditKind>,
 }
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        let lost = (self.batch.len() + usize::from(self.writing.is_some())) as u64;
-        let kinds = self.writing.take().into_iter();
-        for kind in kinds.chain(self.batch.drain(..).map(|r| r.kind)) {
+        let lost = self.writing.len() as u64;
+        for kind in self.writing.drain(..) {
             self.shared.counters.dropped(
                 "the audit writer stopped before writing the record (its runtime shut down)",
                 kind,
@@ -145,62 +165,58 @@ impl Shared {
         q.idle = false;
         handle.spawn(writer(Writer {
             shared: Arc::clone(self),
-            batch: VecDeque::new(),
-            writing: None,
+            writing: Vec::with_capacity(MAX_BATCH),
         }));
         true
     }
 
-    /// Marks one record finished and wakes whoever waits for room or a flush.
-    fn finish_one(&self) {
-        self.lock().done += 1;
+    /// Marks `n` records finished and wakes whoever waits for room or a flush.
+    fn finish(&self, n: u64) {
+        self.lock().done += n;
         self.finished.notify_waiters();
     }
 
     /// Accepts a record and writes it on the caller's task (no writer can run).
     async fn write_direct(&self, record: AuditRecord) {
         self.lock().submitted += 1;
-        self.write_here(record).await;
+        self.write_here(vec![record]).await;
     }
 
-    /// Writes an accepted record on the caller's task and marks it finished.
-    async fn write_here(&self, record: AuditRecord) {
-        deliver(&*self.sink, record, &self.counters).await;
-        self.finish_one();
+    /// Writes accepted records on the caller's task and marks them finished.
+    async fn write_here(&self, records: Vec<AuditRecord>) {
+        let kinds: Vec<AuditKind> = records.iter().map(|r| r.kind).collect();
+        let n = deliver(&*self.sink, records, &kinds, &self.counters).await;
+        self.finish(n);
     }
 }
 
-/// The writer task: takes every queued record in one batch (one lock, no per-record
-/// wake-up) and writes them in order; sleeps while the queue is empty, and ends once
-/// the hook is dropped and the queue drained.
+/// The writer task: takes up to [`MAX_BATCH`] queued records at once (one lock, no
+/// per-record wake-up) and hands them to the sink as one batch; sleeps while the queue
+/// is empty, and ends once the hook is dropped and the queue drained.
 async fn writer(mut w: Writer) {
     loop {
-        let sleep = {
+        let batch: Vec<AuditRecord> = {
             let mut q = w.shared.lock();
             if q.records.is_empty() {
                 if q.closed {
                     return;
                 }
                 q.idle = true;
-                true
+                Vec::new()
             } else {
-                // Swap buffers: both keep their capacity, so a steady stream of
-                // records allocates nothing here.
-                std::mem::swap(&mut q.records, &mut w.batch);
-                false
+                let n = q.records.len().min(MAX_BATCH);
+                q.records.drain(..n).collect()
             }
         };
-        if sleep {
+        if batch.is_empty() {
             w.shared.wake_writer.notified().await;
             continue;
         }
-        // If the task is dropped mid-write, `Writer::drop` counts the record.
-        while let Some(record) = w.batch.pop_front() {
-            w.writing = Some(record.kind);
-            deliver(&*w.shared.sink, record, &w.shared.counters).await;
-            w.writing = None;
-            w.shared.finish_one();
-        }
+        // If the task is dropped mid-write, `Writer::drop` counts the batch as dropped.
+        w.writing.extend(batch.iter().map(|r| r.kind));
+        let n = deliver(&*w.shared.sink, batch, &w.writing, &w.shared.counters).await;
+        w.writing.clear();
+        w.shared.finish(n);
     }
 }
 
@@ -244,7 +260,7 @@ impl Drop for Pipeline {
 }
 
 impl Pipeline {
-    pub(super) fn new(sink: Arc<dyn AuditSink>, capacity: usize, on_full: QueueFull) -> Self {
+    pub(super) fn new(sink: Arc<dyn DynAuditSink>, capacity: usize, on_full: QueueFull) -> Self {
         Self {
             shared: Arc::new(Shared {
                 sink,
@@ -350,9 +366,7 @@ impl Pipeline {
             if left.is_empty() {
                 progress.await;
             } else {
-                for record in left {
-                    shared.write_here(record).await;
-                }
+                shared.write_here(left).await;
             }
         }
         flush_sink(&*shared.sink).await

@@ -189,7 +189,7 @@ impl WallClock {
 }
 
 impl AuditRecord {
-    pub(super) fn new(kind: AuditKind, ts_ms: u64, agent: &AgentInfo, ctx: &RunContext) -> Self {
+    pub(crate) fn new(kind: AuditKind, ts_ms: u64, agent: &AgentInfo, ctx: &RunContext) -> Self {
         Self {
             kind,
             ts_ms,

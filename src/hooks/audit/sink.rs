@@ -1,6 +1,7 @@
 //! The [`AuditSink`] trait, its error, and the in-memory and tracing sinks.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::future::BoxFuture;
@@ -40,28 +41,113 @@ impl From<std::io::Error> for AuditSinkError {
     }
 }
 
-/// Where audit records go. Object-safe: the hook holds an `Arc<dyn AuditSink>`.
+/// Where audit records go.
 ///
 /// The [`AuditHook`](super::AuditHook) never calls a sink on the agent's path: records
-/// go through a bounded queue to a background task that calls
-/// [`write`](AuditSink::write) one record at a time, in order. A failed write is logged
-/// and counted in [`AuditStats::dropped`](super::AuditStats::dropped); it never fails
-/// the call.
+/// go through a bounded queue to a background task that hands them to
+/// [`write_batch`](AuditSink::write_batch) (up to 256 queued records at a time, in
+/// order). A record the sink reports as failed is logged and counted in
+/// [`AuditStats::dropped`](super::AuditStats::dropped); it never fails the call.
 ///
 /// That task runs on the agent's tokio runtime, so a sink must never block the thread
 /// that polls it: do blocking I/O on a thread of its own (as [`JsonlAuditSink`]
 /// does) or on the blocking pool, and resolve the future when it is done.
+///
+/// The methods are `async fn`s (return-position `impl Future + Send`), like
+/// [`Hook::on_event`](crate::Hook::on_event): implement them with `async fn`. The trait
+/// is therefore not object-safe; the hook erases a sink's futures at one private
+/// boundary (one boxed future per batch, not per record). To share one sink, pass an
+/// `Arc<S>` (it implements `AuditSink` too) and keep a clone.
+///
+/// ```
+/// use rein::hooks::{AuditRecord, AuditSink, AuditSinkError};
+///
+/// struct Stdout;
+///
+/// impl AuditSink for Stdout {
+///     async fn write(&self, record: AuditRecord) -> Result<(), AuditSinkError> {
+///         println!("{}", record.to_json_line());
+///         Ok(())
+///     }
+/// }
+/// ```
 ///
 /// [`JsonlAuditSink`]: super::JsonlAuditSink
 pub trait AuditSink: Send + Sync + 'static {
     /// Writes one record. The sink owns it: keep it (no copy) or drop it once written.
     /// Resolve `Ok` only once the record reached the sink (it is counted as written);
     /// an `Err` counts it as dropped.
-    fn write(&self, record: AuditRecord) -> BoxFuture<'_, Result<(), AuditSinkError>>;
+    fn write(&self, record: AuditRecord)
+    -> impl Future<Output = Result<(), AuditSinkError>> + Send;
+
+    /// Writes several records, in order, and returns one result per record, in the
+    /// same order (each counted like a [`write`](AuditSink::write) result; a missing
+    /// result counts its record as dropped). This is what the hook's writer calls.
+    ///
+    /// Default: [`write`](AuditSink::write) each record in turn. Override it when the
+    /// sink can do better for many records at once (one system call, one sync: as
+    /// [`JsonlAuditSink`](super::JsonlAuditSink) does).
+    fn write_batch(
+        &self,
+        records: Vec<AuditRecord>,
+    ) -> impl Future<Output = Vec<Result<(), AuditSinkError>>> + Send {
+        async move {
+            let mut results = Vec::with_capacity(records.len());
+            for record in records {
+                results.push(self.write(record).await);
+            }
+            results
+        }
+    }
 
     /// Makes every record written so far durable. Default: nothing to do.
-    fn flush(&self) -> BoxFuture<'_, Result<(), AuditSinkError>> {
-        Box::pin(async { Ok(()) })
+    fn flush(&self) -> impl Future<Output = Result<(), AuditSinkError>> + Send {
+        async { Ok(()) }
+    }
+}
+
+/// A shared sink: the hook writes through the `Arc`, the caller keeps a clone.
+impl<S: AuditSink> AuditSink for Arc<S> {
+    fn write(
+        &self,
+        record: AuditRecord,
+    ) -> impl Future<Output = Result<(), AuditSinkError>> + Send {
+        S::write(self, record)
+    }
+
+    fn write_batch(
+        &self,
+        records: Vec<AuditRecord>,
+    ) -> impl Future<Output = Vec<Result<(), AuditSinkError>>> + Send {
+        S::write_batch(self, records)
+    }
+
+    fn flush(&self) -> impl Future<Output = Result<(), AuditSinkError>> + Send {
+        S::flush(self)
+    }
+}
+
+/// The object-safe twin of [`AuditSink`]: the one place a sink's futures are erased
+/// (boxed), so the hook can hold any sink as `Arc<dyn DynAuditSink>`. One box per
+/// batch and per flush.
+pub(crate) trait DynAuditSink: Send + Sync + 'static {
+    fn write_batch_erased(
+        &self,
+        records: Vec<AuditRecord>,
+    ) -> BoxFuture<'_, Vec<Result<(), AuditSinkError>>>;
+    fn flush_erased(&self) -> BoxFuture<'_, Result<(), AuditSinkError>>;
+}
+
+impl<S: AuditSink> DynAuditSink for S {
+    fn write_batch_erased(
+        &self,
+        records: Vec<AuditRecord>,
+    ) -> BoxFuture<'_, Vec<Result<(), AuditSinkError>>> {
+        Box::pin(AuditSink::write_batch(self, records))
+    }
+
+    fn flush_erased(&self) -> BoxFuture<'_, Result<(), AuditSinkError>> {
+        Box::pin(AuditSink::flush(self))
     }
 }
 
@@ -122,18 +208,36 @@ impl MemoryAuditSink {
     }
 }
 
-impl AuditSink for MemoryAuditSink {
-    fn write(&self, record: AuditRecord) -> BoxFuture<'_, Result<(), AuditSinkError>> {
-        if self.limit != Some(0) {
-            let mut records = self.lock();
-            if let Some(limit) = self.limit
-                && records.len() >= limit
-            {
-                records.pop_front();
-            }
-            records.push_back(record);
+impl MemoryAuditSink {
+    /// Keeps `record`, making room at the limit.
+    fn keep(&self, records: &mut VecDeque<AuditRecord>, record: AuditRecord) {
+        if self.limit == Some(0) {
+            return;
         }
-        Box::pin(async { Ok(()) })
+        if let Some(limit) = self.limit
+            && records.len() >= limit
+        {
+            records.pop_front();
+        }
+        records.push_back(record);
+    }
+}
+
+impl AuditSink for MemoryAuditSink {
+    async fn write(&self, record: AuditRecord) -> Result<(), AuditSinkError> {
+        self.keep(&mut self.lock(), record);
+        Ok(())
+    }
+
+    /// Keeps the records under one lock.
+    async fn write_batch(&self, records: Vec<AuditRecord>) -> Vec<Result<(), AuditSinkError>> {
+        let n = records.len();
+        let mut kept = self.lock();
+        for record in records {
+            self.keep(&mut kept, record);
+        }
+        drop(kept);
+        (0..n).map(|_| Ok(())).collect()
     }
 }
 
@@ -144,8 +248,8 @@ impl AuditSink for MemoryAuditSink {
 pub struct TracingAuditSink;
 
 impl AuditSink for TracingAuditSink {
-    fn write(&self, record: AuditRecord) -> BoxFuture<'_, Result<(), AuditSinkError>> {
+    async fn write(&self, record: AuditRecord) -> Result<(), AuditSinkError> {
         tracing::info!(target: "rein::audit", record = %record.to_json_line(), "audit");
-        Box::pin(async { Ok(()) })
+        Ok(())
     }
 }
