@@ -203,6 +203,7 @@ impl HookHarness {
             meta: self.meta(),
             message,
             goto: None,
+            retract: false,
             stop: false,
             usage: Usage::default(),
             iteration: 0,

@@ -44,7 +44,7 @@ use crate::hook::{
 };
 use crate::message::{Msg, ToolResult, ToolUse};
 use crate::model::accumulate::normalize_arguments;
-use crate::tool::{ProgressChunk, ToolContext};
+use crate::tool::{ProgressChunk, ToolContext, ToolSchema, expects};
 use crate::util::panic_message;
 
 /// How many `PreActing` passes a call may take before the hooks are considered not to
@@ -242,10 +242,26 @@ impl Call<'_> {
                 None
             }
             Err(msg) => Some((
-                format!("Invalid arguments for tool `{name}`: {msg}"),
+                self.invalid_arguments(&entry.schema, &msg),
                 "invalid_arguments",
             )),
         }
+    }
+
+    /// The error result of arguments that fail the tool's schema: what is wrong, then
+    /// exactly what to send (the fields of the schema offered to the model this step,
+    /// e.g. the subagent ids `agent_spawn` accepts now).
+    fn invalid_arguments(&self, declared: &ToolSchema, why: &str) -> String {
+        let name = &declared.name;
+        let offered = match &self.agent.delegation {
+            Some(d) => d.schemas(std::slice::from_ref(declared)).pop(),
+            None => None,
+        };
+        let schema = offered.as_ref().unwrap_or(declared);
+        format!(
+            "Invalid arguments for tool `{name}`: {why}. {}",
+            expects(name, &schema.parameters)
+        )
     }
 
     fn unknown_tool(&self, name: &str) -> String {
@@ -523,7 +539,7 @@ impl Call<'_> {
             match entry.prepare(input) {
                 Ok(args) => args,
                 Err(msg) => {
-                    let text = format!("Invalid arguments for tool `{name}`: {msg}");
+                    let text = self.invalid_arguments(&entry.schema, &msg);
                     return (ToolResult::error(id, name, text), "invalid_arguments");
                 }
             }

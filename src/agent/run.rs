@@ -61,6 +61,9 @@ pub(super) struct Call<'a> {
     pub(super) model_calls: u32,
     /// Decisions recorded so far (only touched when the call records).
     pub(super) trail: Mutex<Vec<Decision>>,
+    /// Withdrawn turns and their corrections ([`PostReasoningEvent::retract_and_redo`]):
+    /// sent after the conversation until a turn is accepted, never stored.
+    retracted: Vec<Msg>,
 }
 
 impl AgentInner {
@@ -157,6 +160,7 @@ impl AgentInner {
             last_usage: Usage::default(),
             model_calls: 0,
             trail: Mutex::new(Vec::new()),
+            retracted: Vec::new(),
         };
         let result = call.run(&mut memory, input).await;
         let result = match result {
@@ -352,9 +356,11 @@ impl Call<'_> {
                 return self.finish(summary, StopReason::MaxIterations).await;
             }
             let msg = self.reason(memory, iteration).await?;
-            let (msg, goto, stop) = self.post_reasoning(msg, iteration).await?;
+            let (msg, goto, retract, stop) = self.post_reasoning(msg, iteration).await?;
             if goto.is_none() {
                 self.release(&msg);
+                // Accepted: what was withdrawn on the way is not part of what follows.
+                self.retracted.clear();
             }
             if stop {
                 memory.push(msg.clone());
@@ -366,7 +372,14 @@ impl Call<'_> {
                 if gotos > agent.max_gotos {
                     return Err(Error::goto_limit(agent.max_gotos));
                 }
-                self.apply_goto(memory, msg, extra)?;
+                let redone = redo_messages(msg, extra)?;
+                if retract {
+                    self.retracted.extend(redone);
+                } else {
+                    for m in redone {
+                        memory.push(m);
+                    }
+                }
                 if !self.agent.hold_deltas {
                     // Nothing of the turn was shown when deltas are held.
                     emit(self.sink, || AgentEvent::ReasoningRedone);
@@ -401,7 +414,8 @@ impl Call<'_> {
     /// `PreReasoning`, then one model call.
     async fn reason(&mut self, memory: &CallMemory, iteration: u32) -> Result<Msg, Error> {
         let agent = self.agent;
-        let mut messages = Messages::from_parts(self.system.clone(), memory.shared(), Vec::new());
+        let mut messages =
+            Messages::from_parts(self.system.clone(), memory.shared(), self.retracted.clone());
         let mut options = agent.options.clone();
         if self.wants(EventKind::PreReasoning) {
             let e = self
@@ -432,68 +446,70 @@ impl Call<'_> {
         &self,
         msg: Msg,
         iteration: u32,
-    ) -> Result<(Msg, Option<Vec<Msg>>, bool), Error> {
+    ) -> Result<(Msg, Option<Vec<Msg>>, bool, bool), Error> {
         if !self.wants(EventKind::PostReasoning) {
-            return Ok((msg, None, false));
+            return Ok((msg, None, false, false));
         }
         let e = self
             .fire(PostReasoningEvent {
                 meta: self.meta.clone(),
                 message: msg,
                 goto: None,
+                retract: false,
                 stop: false,
                 usage: self.last_usage,
                 iteration,
             })
             .await?;
-        Ok((e.message, e.goto, e.stop))
+        Ok((e.message, e.goto, e.retract, e.stop))
     }
+}
 
-    /// Stores the redone message, pairs its tool uses with results the hook supplied
-    /// (synthetic error results for the rest), then appends the hook's other messages.
-    fn apply_goto(&self, memory: &mut CallMemory, msg: Msg, extra: Vec<Msg>) -> Result<(), Error> {
-        let uses: Vec<ToolUse> = msg.tool_uses().into_iter().cloned().collect();
-        let ids: HashSet<&str> = uses.iter().map(|u| u.id.as_str()).collect();
-        let mut supplied: HashMap<String, ToolResult> = HashMap::new();
-        let mut rest = Vec::new();
-        for mut m in extra {
-            if m.role == Role::System {
-                return Err(Error::invalid_input(
-                    "goto_reasoning messages must not have the System role",
-                ));
-            }
-            let mut others = Vec::new();
-            for block in m.content {
-                match block {
-                    ContentBlock::ToolResult(r) if ids.contains(r.id.as_str()) => {
-                        supplied.entry(r.id.clone()).or_insert(r);
-                    }
-                    ContentBlock::ToolResult(r) => {
-                        tracing::warn!(id = %r.id, "goto_reasoning result for an unknown tool call dropped");
-                    }
-                    other => others.push(other),
+/// The messages a redo leaves: the redone message, its tool uses paired with results
+/// the hook supplied (synthetic error results for the rest), then the hook's other
+/// messages.
+fn redo_messages(msg: Msg, extra: Vec<Msg>) -> Result<Vec<Msg>, Error> {
+    let uses: Vec<ToolUse> = msg.tool_uses().into_iter().cloned().collect();
+    let ids: HashSet<&str> = uses.iter().map(|u| u.id.as_str()).collect();
+    let mut supplied: HashMap<String, ToolResult> = HashMap::new();
+    let mut rest = Vec::new();
+    for mut m in extra {
+        if m.role == Role::System {
+            return Err(Error::invalid_input(
+                "goto_reasoning messages must not have the System role",
+            ));
+        }
+        let mut others = Vec::new();
+        for block in m.content {
+            match block {
+                ContentBlock::ToolResult(r) if ids.contains(r.id.as_str()) => {
+                    supplied.entry(r.id.clone()).or_insert(r);
                 }
+                ContentBlock::ToolResult(r) => {
+                    tracing::warn!(id = %r.id, "goto_reasoning result for an unknown tool call dropped");
+                }
+                other => others.push(other),
             }
-            if !others.is_empty() {
-                m.content = others;
-                rest.push(m);
-            }
         }
-        memory.push(msg);
-        if !uses.is_empty() {
-            let results = uses.into_iter().map(|u| {
-                supplied
-                    .remove(&u.id)
-                    .unwrap_or_else(|| ToolResult::error(u.id, u.name, REDONE))
-            });
-            memory.push(Msg::tool(results));
+        if !others.is_empty() {
+            m.content = others;
+            rest.push(m);
         }
-        for m in rest {
-            memory.push(m);
-        }
-        Ok(())
     }
+    let mut out = vec![msg];
+    if !uses.is_empty() {
+        let results = uses.into_iter().map(|u| {
+            supplied
+                .remove(&u.id)
+                .unwrap_or_else(|| ToolResult::error(u.id, u.name, REDONE))
+        });
+        out.push(Msg::tool(results));
+    }
+    out.extend(rest);
+    Ok(out)
+}
 
+impl Call<'_> {
     /// The iteration limit was reached: `PreSummary`, a model call without tools,
     /// `PostSummary`; the summary is stored.
     async fn summarize(&mut self, memory: &mut CallMemory) -> Result<Msg, Error> {

@@ -87,6 +87,8 @@ pub struct PostReasoningEvent {
     pub(crate) meta: EventMeta,
     pub(crate) message: Msg,
     pub(crate) goto: Option<Vec<Msg>>,
+    /// The redo withdraws the turn (see [`PostReasoningEvent::retract_and_redo`]).
+    pub(crate) retract: bool,
     pub(crate) stop: bool,
     pub(crate) usage: Usage,
     pub(crate) iteration: u32,
@@ -128,6 +130,22 @@ impl PostReasoningEvent {
             );
         }
         self.goto = Some(messages);
+        self.retract = false;
+    }
+
+    /// Redo reasoning and withdraw this turn: as [`goto_reasoning`](Self::goto_reasoning),
+    /// except that neither the message nor `messages` is stored. They are sent after the
+    /// conversation, in that order, in this call's re-ask requests only, until a turn is
+    /// accepted; memory keeps only what the user finally got. Use a user-role message
+    /// for the correction: the re-ask request then ends with it, not with the withdrawn
+    /// reply (Anthropic reads a request that ends with an assistant turn as a prefill to
+    /// continue, and providers hoist system messages into the system prompt). The
+    /// message's tool uses get the same synthetic results as with `goto_reasoning`,
+    /// inside the withdrawn part. Bounded by `max_gotos` like `goto_reasoning`; a later
+    /// `goto_reasoning` replaces it (the turn is then stored).
+    pub fn retract_and_redo(&mut self, messages: Vec<Msg>) {
+        self.goto_reasoning(messages);
+        self.retract = true;
     }
 
     /// The messages of a pending redo, if one was requested.

@@ -25,10 +25,13 @@ pub const FLAG_CORRECTED: &str = "self_corrected";
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum CorrectionRole {
-    /// A system message placed right after the corrected turn in every remaining model
-    /// request of the call. Not stored in the conversation (the runtime never stores
-    /// system messages): later calls of the session see the retracted turn, flagged
-    /// [`FLAG_CORRECTED`], followed by the corrected answer. Default.
+    /// A runtime correction the conversation never keeps. Default. The withdrawn reply
+    /// and the correction (a user-role turn named `system-guard`, so the re-ask request
+    /// ends with it: providers hoist system messages into the system prompt, and
+    /// Anthropic reads a request ending with an assistant turn as a prefill to continue)
+    /// are sent after the conversation in this call's re-ask requests only
+    /// ([`PostReasoningEvent::retract_and_redo`](crate::PostReasoningEvent::retract_and_redo)).
+    /// Neither is stored: memory holds what the user finally got.
     #[default]
     System,
     /// A user message named `system-guard`, stored in the conversation after the
@@ -113,12 +116,10 @@ impl Default for SelfCorrectionConfig {
     }
 }
 
-/// Per-call state: corrections used, and system corrections to place in requests.
+/// Per-call state: corrections used.
 #[derive(Default)]
 struct CorrectionRun {
     used: u32,
-    /// (id of the corrected message, the correction), for [`CorrectionRole::System`].
-    injected: Vec<(String, Msg)>,
 }
 
 /// Catches a model turn that promises a payment without doing it and makes the model
@@ -202,11 +203,7 @@ impl SelfCorrectionHook {
     }
 
     fn correction(&self) -> Msg {
-        let mut msg = match self.config.correction_role {
-            CorrectionRole::System => Msg::system(self.config.correction_message.clone()),
-            CorrectionRole::User => Msg::user(self.config.correction_message.clone()),
-        }
-        .with_name("system-guard");
+        let mut msg = Msg::user(self.config.correction_message.clone()).with_name("system-guard");
         msg.metadata
             .insert(HOOK_KEY.to_owned(), Value::String(self.name().to_owned()));
         msg
@@ -270,17 +267,11 @@ impl SelfCorrectionHook {
             "payment promise without a refund: reasoning again"
         );
         add_flag(&mut flagged, FLAG_CORRECTED);
-        let corrected_id = flagged.id.clone();
         e.set_message(flagged);
-        let correction = self.correction();
+        let correction = vec![self.correction()];
         match self.config.correction_role {
-            CorrectionRole::User => e.goto_reasoning(vec![correction]),
-            CorrectionRole::System => {
-                RunStates::with(ctx, self.id, &agent, CorrectionRun::default, |run| {
-                    run.injected.push((corrected_id, correction));
-                });
-                e.goto_reasoning(Vec::new());
-            }
+            CorrectionRole::User => e.goto_reasoning(correction),
+            CorrectionRole::System => e.retract_and_redo(correction),
         }
     }
 }
@@ -312,7 +303,6 @@ impl SyncHook for SelfCorrectionHook {
         }
         Interest::of([
             EventKind::PreCall,
-            EventKind::PreReasoning,
             EventKind::PostReasoning,
             EventKind::PostCall,
             EventKind::Error,
@@ -324,26 +314,6 @@ impl SyncHook for SelfCorrectionHook {
             HookEvent::PreCall(e) => {
                 let fresh = CorrectionRun::default();
                 drop(RunStates::reset(e.context(), self.id, &e.agent().id, fresh));
-            }
-            HookEvent::PreReasoning(e) => {
-                let injected = RunStates::<CorrectionRun>::update(
-                    e.context(),
-                    self.id,
-                    &e.agent().id,
-                    |run| run.injected.clone(),
-                )
-                .unwrap_or_default();
-                if !injected.is_empty() {
-                    let mut messages = e.messages().to_vec();
-                    for (after, correction) in injected {
-                        let at = messages
-                            .iter()
-                            .position(|m| m.id == after)
-                            .map_or(messages.len(), |i| i + 1);
-                        messages.insert(at, correction);
-                    }
-                    e.set_messages(messages);
-                }
             }
             HookEvent::PostReasoning(e) => self.post_reasoning(e),
             HookEvent::PostCall(e) => {

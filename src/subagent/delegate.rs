@@ -25,7 +25,7 @@ use crate::error::{BuildError, BuildErrorKind};
 use crate::message::Msg;
 use crate::model::GenerateOptions;
 use crate::tool::policy::{check_allowlist, load_policy};
-use crate::tool::{Tool, ToolContext, ToolError, ToolSchema};
+use crate::tool::{Tool, ToolContext, ToolError, ToolSchema, expects};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// Where a subagent comes from.
@@ -167,10 +167,21 @@ impl Delegation {
                 }
                 ToolSchema {
                     description,
+                    parameters: offered_parameters(&s.parameters, &listing),
                     ..s.clone()
                 }
             })
             .collect()
+    }
+
+    /// What `agent_spawn` expects, with the subagents known now as the choices of
+    /// `agent_id` (the text every error result of the tool ends with).
+    fn expects(&self) -> String {
+        let listing = self.registry.listing();
+        expects(
+            SPAWN_TOOL,
+            &offered_parameters(&spawn_parameters(), &listing),
+        )
     }
 
     /// The child for `id`, built on first use and rebuilt when its file changed.
@@ -179,7 +190,9 @@ impl Delegation {
             Some(Ok(d)) => d,
             Some(Err(e)) => {
                 return Err(ToolError::new(format!(
-                    "subagent `{id}` cannot be spawned: its declaration is invalid: {e}"
+                    "subagent `{id}` cannot be spawned: its declaration is invalid: {e}. \
+                     Choose another subagent: {}",
+                    self.expects()
                 )));
             }
             None => {
@@ -190,8 +203,9 @@ impl Delegation {
                     .map(|(i, _)| i)
                     .collect();
                 return Err(ToolError::new(format!(
-                    "unknown subagent `{id}`; valid agent ids: [{}]",
-                    ids.join(", ")
+                    "unknown subagent `{id}`; valid agent ids: [{}]. {}",
+                    ids.join(", "),
+                    self.expects()
                 )));
             }
         };
@@ -392,7 +406,39 @@ fn child_session(id: &str, parent_session: &str) -> String {
 const SPAWN_DESCRIPTION: &str = "Delegate a self-contained task to a subagent and wait for its \
      reply. Give `agent_id` (one of the subagents below) and `task` (everything the subagent \
      needs to know; it does not see this conversation). Optional `timeout_seconds` cancels the \
-     subagent after that many seconds.";
+     subagent after that many seconds. Other properties are ignored.";
+
+/// The declared arguments of `agent_spawn`. Unknown properties are accepted and ignored
+/// (no `additionalProperties: false`): admission enforces the declared schema, and small
+/// models add fields such as `parameters` and then retry a rejected call unchanged.
+fn spawn_parameters() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "agent_id": {"type": "string", "description": "The subagent to delegate to."},
+            "task": {"type": "string", "description": "The task, self-contained."},
+            "timeout_seconds": {"type": "integer", "minimum": 1, "maximum": 3600,
+                                "description": "Cancel the subagent after this many seconds."}
+        },
+        "required": ["agent_id", "task"]
+    })
+}
+
+/// The parameters offered to the model: `agent_id` enumerates the subagents known now
+/// (the tool itself checks the id, naming the valid ones, so a subagent added since the
+/// tool was registered is accepted).
+fn offered_parameters(base: &Value, listing: &[(String, String)]) -> Value {
+    let mut parameters = base.clone();
+    if let Some(agent_id) = parameters
+        .get_mut("properties")
+        .and_then(|p| p.get_mut("agent_id"))
+        .and_then(Value::as_object_mut)
+    {
+        let ids = listing.iter().map(|(id, _)| Value::String(id.clone()));
+        agent_id.insert("enum".to_owned(), Value::Array(ids.collect()));
+    }
+    parameters
+}
 
 /// The delegation tool offered to an agent that has subagents.
 pub(crate) struct SpawnTool {
@@ -408,7 +454,10 @@ impl SpawnTool {
         let id = input["agent_id"].as_str().unwrap_or_default().to_owned();
         let task = input["task"].as_str().unwrap_or_default().to_owned();
         if task.trim().is_empty() {
-            return Err(ToolError::new("`task` must not be empty"));
+            return Err(ToolError::new(format!(
+                "`task` must not be empty. {}",
+                self.delegation.expects()
+            )));
         }
         let timeout = input
             .get("timeout_seconds")
@@ -537,17 +586,7 @@ impl Tool for SpawnTool {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "agent_id": {"type": "string", "description": "The subagent to delegate to."},
-                "task": {"type": "string", "description": "The task, self-contained."},
-                "timeout_seconds": {"type": "integer", "minimum": 1, "maximum": 3600,
-                                    "description": "Cancel the subagent after this many seconds."}
-            },
-            "required": ["agent_id", "task"],
-            "additionalProperties": false
-        })
+        spawn_parameters()
     }
 
     async fn call(&self, input: Value, ctx: ToolContext) -> Result<String, ToolError> {

@@ -21,12 +21,14 @@
 //! that reports `concurrency_safe() == false` runs alone (calls before it finish first,
 //! calls after it wait).
 
+mod expects;
 mod function;
 pub(crate) mod mcp_config;
 pub(crate) mod policy;
 mod toolkit;
 mod typed;
 
+pub(crate) use expects::expects;
 pub use function::FunctionTool;
 pub(crate) use toolkit::json_type;
 pub use toolkit::{Toolkit, ToolkitError};

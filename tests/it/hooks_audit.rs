@@ -384,9 +384,14 @@ async fn a_self_correction_is_audited_and_an_exhausted_budget_flags_the_final_an
         [AuditKind::ReasoningRedone, AuditKind::FinalAnswer]
     );
     assert_eq!(records[0].answer.as_deref(), Some("已为您退款 500 元"));
-    // The default (system-role) correction goes into the requests, not the
-    // conversation; the flag says which hook redid the turn.
-    assert_eq!(records[0].reason, None);
+    // The default (system) correction is a re-ask turn the conversation never keeps;
+    // the audit records it as the reason, and the flag says which hook redid the turn.
+    assert!(
+        records[0]
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("系统纠正"))
+    );
     assert_eq!(records[0].flags, ["self_corrected"]);
     assert_eq!(records[1].flags, ["self_correction_exhausted"]);
 }

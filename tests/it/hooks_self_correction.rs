@@ -27,31 +27,118 @@ fn flags(msg: &Msg) -> Vec<String> {
     rein::hooks::msg_flags(msg)
 }
 
-#[tokio::test]
-async fn a_tool_free_payment_promise_makes_the_model_reason_again_with_a_system_correction() {
+/// A promise, then an honest answer, through the default (`system`) correction; the
+/// agent has a system prompt. Returns the model and the agent after one call.
+async fn corrected_call() -> (ScriptedModel, Agent, Arc<SelfCorrectionHook>) {
     let model = ScriptedModel::new([
         ScriptedTurn::text("已为您退款 500 元，请注意查收"),
         ScriptedTurn::text("退款申请已提交人工审核，审核通过后原路退回"),
     ]);
     let hook = default_correction();
-    let agent = builder(&model).hook(hook.clone()).build().unwrap();
+    let agent = builder(&model)
+        .sys_prompt("你是客服")
+        .hook(hook.clone())
+        .build()
+        .unwrap();
     let reply = agent.call(Msg::user("我要退款")).await.unwrap();
     assert_eq!(reply.text(), "退款申请已提交人工审核，审核通过后原路退回");
+    (model, agent, hook)
+}
+
+#[tokio::test]
+async fn the_re_ask_ends_with_the_correction_as_a_user_turn_after_the_withdrawn_reply() {
+    let (model, _agent, hook) = corrected_call().await;
     assert_eq!(hook.corrections_count(), 1);
-    let second = &model.requests()[1].messages;
-    let promise = second
-        .iter()
-        .position(|m| m.text().starts_with("已为您退款"))
-        .unwrap();
-    let fix = second.get(promise + 1).unwrap();
-    assert_eq!(fix.role, Role::System);
+    let second = model.requests()[1].messages.to_vec();
+    let n = second.len();
+    let fix = &second[n - 1];
+    assert_eq!(fix.role, Role::User);
     assert_eq!(fix.name.as_deref(), Some("system-guard"));
     assert!(fix.text().contains("系统纠正"));
-    // Memory never stores system messages; the retracted turn is flagged.
+    let withdrawn = &second[n - 2];
+    assert_eq!(withdrawn.role, Role::Assistant);
+    assert!(withdrawn.text().starts_with("已为您退款"));
+    assert_eq!(flags(withdrawn), [FLAG_CORRECTED]);
+    // The only system message is the system prompt.
+    let systems: Vec<String> = second
+        .iter()
+        .filter(|m| m.role == Role::System)
+        .map(Msg::text)
+        .collect();
+    assert_eq!(systems, ["你是客服"]);
+}
+
+#[tokio::test]
+async fn neither_the_withdrawn_promise_nor_the_correction_is_stored() {
+    let (_model, agent, _hook) = corrected_call().await;
     let stored = agent.messages(&key("default")).await;
-    assert!(stored.iter().all(|m| m.role != Role::System));
-    assert_eq!(flags(&stored[1]), [FLAG_CORRECTED]);
+    let texts: Vec<(Role, String)> = stored.iter().map(|m| (m.role, m.text())).collect();
+    assert_eq!(
+        texts,
+        [
+            (Role::User, "我要退款".to_owned()),
+            (
+                Role::Assistant,
+                "退款申请已提交人工审核，审核通过后原路退回".to_owned()
+            ),
+        ]
+    );
     assert_memory_valid(&stored);
+}
+
+#[tokio::test]
+async fn a_later_call_of_the_session_never_sees_the_withdrawn_promise() {
+    let (model, agent, _hook) = corrected_call().await;
+    model.push(ScriptedTurn::text("好的"));
+    agent.call(Msg::user("谢谢")).await.unwrap();
+    let third = model.requests()[2].messages.to_vec();
+    assert!(third.iter().all(|m| !m.text().starts_with("已为您退款")));
+    assert!(third.iter().all(|m| !m.text().contains("系统纠正")));
+}
+
+#[cfg(feature = "openai")]
+#[tokio::test]
+async fn the_openai_re_ask_body_ends_with_the_user_correction_after_the_withdrawn_reply() {
+    let (model, _agent, _hook) = corrected_call().await;
+    let m = OpenAiChatModel::builder()
+        .model("gpt-4o-mini")
+        .build()
+        .unwrap();
+    let body = m.request_body(&model.requests()[1]);
+    let messages = body["messages"].as_array().unwrap();
+    let n = messages.len();
+    assert_eq!(messages[0]["role"], "system");
+    assert_eq!(messages[n - 2]["role"], "assistant");
+    assert!(
+        messages[n - 2]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("已为您退款")
+    );
+    assert_eq!(messages[n - 1]["role"], "user");
+    assert!(messages[n - 1].to_string().contains("系统纠正"));
+    assert_eq!(messages.iter().filter(|m| m["role"] == "system").count(), 1);
+}
+
+#[cfg(feature = "anthropic")]
+#[tokio::test]
+async fn the_anthropic_re_ask_body_ends_with_a_user_turn_so_it_is_no_prefill() {
+    let (model, _agent, _hook) = corrected_call().await;
+    let m = AnthropicModel::builder()
+        .model("claude-test")
+        .max_tokens(1000)
+        .build()
+        .unwrap();
+    let body = m.request_body(&model.requests()[1]).unwrap();
+    assert_eq!(body["system"], "你是客服");
+    let messages = body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user"]);
+    assert!(messages[1].to_string().contains("已为您退款"));
+    assert!(messages[2].to_string().contains("系统纠正"));
 }
 
 #[tokio::test]

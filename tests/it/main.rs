@@ -61,6 +61,7 @@ mod sessions;
 mod streaming;
 mod subagent_hardening;
 mod subagent_properties;
+mod subagent_small_models;
 mod subagent_workspaces;
 mod subagents;
 mod support;
