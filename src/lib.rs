@@ -96,6 +96,7 @@ pub mod mcp;
 mod message;
 pub mod model;
 pub mod observe;
+pub mod store;
 pub mod subagent;
 pub mod tool;
 mod util;
@@ -125,6 +126,11 @@ pub use model::{HttpConfig, RetryPolicy};
 #[cfg(feature = "openai")]
 pub use model::{OpenAiChatModel, OpenAiChatModelBuilder};
 pub use observe::{Decision, DecisionKind};
+#[cfg(feature = "postgres")]
+pub use store::PostgresSessionStore;
+#[cfg(feature = "redis")]
+pub use store::RedisSessionStore;
+pub use store::{Lease, SessionAdmin, SessionLeases};
 pub use subagent::{
     GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentDeclarationBuilder,
     SubagentFactory,

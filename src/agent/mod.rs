@@ -54,10 +54,17 @@ mod stream;
 
 pub use builder::AgentBuilder;
 
+#[cfg(feature = "postgres")]
+pub use crate::store::PostgresSessionStore;
+#[cfg(feature = "redis")]
+pub use crate::store::RedisSessionStore;
+pub use crate::store::{Lease, SessionAdmin, SessionLeases};
 pub use acting::MAX_PRE_ACTING_PASSES;
 pub use context::{AgentInfo, Extensions, RunContext};
 pub use file_store::FileSessionStore;
 pub use memory::SessionKey;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) use store::next_version;
 pub use store::{InMemorySessionStore, SessionStore, StoreError, StoreErrorKind, StoredSession};
 pub use stream::{AgentEvent, AgentStream, StreamRelease};
 
