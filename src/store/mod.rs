@@ -44,6 +44,77 @@ use crate::agent::{
 #[cfg(any(feature = "redis", feature = "postgres"))]
 use crate::message::Msg;
 
+/// Implements [`SessionStore`](crate::SessionStore), [`SessionAdmin`] and
+/// [`SessionLeases`] for an engine store as thin wrappers over its inherent
+/// `inner_*` async fns (one place to change when the traits move to `async fn`).
+/// Names resolve where it is invoked, which imports the traits and types.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+macro_rules! engine_store_traits {
+    ($ty:ty) => {
+        impl SessionStore for $ty {
+            fn load<'a>(
+                &'a self,
+                key: &'a SessionKey,
+            ) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
+                Box::pin(self.inner_load(key))
+            }
+
+            fn save<'a>(
+                &'a self,
+                key: &'a SessionKey,
+                messages: &'a [Msg],
+                expected_version: u64,
+            ) -> BoxFuture<'a, Result<u64, StoreError>> {
+                Box::pin(self.inner_save(key, messages, expected_version, None))
+            }
+        }
+
+        impl SessionAdmin for $ty {
+            fn delete<'a>(
+                &'a self,
+                key: &'a SessionKey,
+            ) -> BoxFuture<'a, Result<bool, StoreError>> {
+                Box::pin(self.inner_delete(key))
+            }
+
+            fn list<'a>(
+                &'a self,
+                user_id: Option<&'a str>,
+            ) -> BoxFuture<'a, Result<Vec<SessionKey>, StoreError>> {
+                Box::pin(self.inner_list(user_id))
+            }
+        }
+
+        impl SessionLeases for $ty {
+            fn acquire<'a>(
+                &'a self,
+                key: &'a SessionKey,
+                ttl: std::time::Duration,
+                wait: std::time::Duration,
+            ) -> BoxFuture<'a, Result<Lease, StoreError>> {
+                Box::pin(self.inner_acquire(key, ttl, wait))
+            }
+
+            fn renew<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+                Box::pin(self.inner_renew(lease))
+            }
+
+            fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool, StoreError>> {
+                Box::pin(self.inner_release(lease))
+            }
+
+            fn save_fenced<'a>(
+                &'a self,
+                lease: &'a Lease,
+                messages: &'a [Msg],
+                expected_version: u64,
+            ) -> BoxFuture<'a, Result<u64, StoreError>> {
+                Box::pin(self.inner_save(lease.key(), messages, expected_version, Some(lease)))
+            }
+        }
+    };
+}
+
 mod lease;
 #[cfg(feature = "postgres")]
 mod postgres;

@@ -11,7 +11,7 @@ use deadpool_postgres::{
 use futures::future::BoxFuture;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::{NoTls, Row, Statement};
 
 use super::lease::{Lease, SessionLeases, acquire_polling, ttl_millis};
 use super::{FORMAT, SessionAdmin, decode_messages, encode_messages, key_string, to_i64};
@@ -19,122 +19,12 @@ use crate::SessionStore;
 use crate::agent::{SessionKey, StoreError, StoreErrorKind, StoredSession, next_version};
 use crate::message::Msg;
 
+mod sql;
+
+use sql::Sql;
+
 /// The default table name.
 const DEFAULT_TABLE: &str = "rein_sessions";
-
-/// The SQL statements of one table (built once from the validated name).
-struct Sql {
-    migrate: String,
-    load: String,
-    insert: String,
-    update: String,
-    insert_fenced: String,
-    update_fenced: String,
-    probe: String,
-    lease_held: String,
-    delete: String,
-    list_user: String,
-    list_none: String,
-    acquire: String,
-    renew: String,
-    release: String,
-}
-
-impl Sql {
-    fn new(table: &str) -> Self {
-        // `table` is validated: lowercase identifiers, optionally schema-qualified.
-        let (schema, name) = match table.split_once('.') {
-            Some((schema, name)) => (Some(schema), name),
-            None => (None, table),
-        };
-        let quote = |n: &str| match schema {
-            Some(s) => format!("\"{s}\".\"{n}\""),
-            None => format!("\"{n}\""),
-        };
-        let t = quote(name);
-        let l = quote(&format!("{name}_leases"));
-        let held = format!(
-            "SELECT 1 FROM {l} WHERE session_key = $1 AND token = $5 AND expires_at > clock_timestamp() FOR SHARE"
-        );
-        let columns = "session_key, user_id, session_id, version, fence, format, messages";
-        Self {
-            migrate: format!(
-                "BEGIN;
-                 SELECT pg_advisory_xact_lock(7317116273459143251);
-                 CREATE TABLE IF NOT EXISTS {t} (
-                     session_key text PRIMARY KEY,
-                     user_id     text,
-                     session_id  text NOT NULL,
-                     version     bigint NOT NULL,
-                     fence       bigint NOT NULL DEFAULT 0,
-                     format      text NOT NULL,
-                     messages    text NOT NULL,
-                     updated_at  timestamptz NOT NULL DEFAULT now()
-                 );
-                 CREATE INDEX IF NOT EXISTS \"{name}_user\" ON {t} (user_id, session_id);
-                 CREATE TABLE IF NOT EXISTS {l} (
-                     session_key text PRIMARY KEY,
-                     token       text NOT NULL,
-                     fence       bigint NOT NULL,
-                     expires_at  timestamptz NOT NULL
-                 );
-                 COMMIT;"
-            ),
-            load: format!("SELECT format, version, messages FROM {t} WHERE session_key = $1"),
-            // $1 key, $2 user, $3 session, $4 messages.
-            insert: format!(
-                "INSERT INTO {t} ({columns}) VALUES ($1, $2, $3, 1, 0, '{FORMAT}', $4)
-                 ON CONFLICT (session_key) DO NOTHING"
-            ),
-            // $1 key, $2 expected version, $3 new version, $4 messages.
-            update: format!(
-                "UPDATE {t} SET version = $3, messages = $4, updated_at = now()
-                 WHERE session_key = $1 AND version = $2 AND format = '{FORMAT}'"
-            ),
-            // As `insert`, plus $5 lease token, $6 fence.
-            insert_fenced: format!(
-                "WITH held AS ({held})
-                 INSERT INTO {t} ({columns})
-                 SELECT $1, $2, $3, 1, $6, '{FORMAT}', $4 FROM held
-                 ON CONFLICT (session_key) DO NOTHING"
-            ),
-            // As `update`, plus $5 lease token, $6 fence.
-            update_fenced: format!(
-                "WITH held AS ({held})
-                 UPDATE {t} SET version = $3, messages = $4, fence = $6, updated_at = now()
-                 FROM held
-                 WHERE session_key = $1 AND version = $2 AND format = '{FORMAT}' AND fence <= $6"
-            ),
-            probe: format!("SELECT format, version, fence FROM {t} WHERE session_key = $1"),
-            lease_held: format!(
-                "SELECT 1 FROM {l} WHERE session_key = $1 AND token = $2 AND expires_at > clock_timestamp()"
-            ),
-            delete: format!("DELETE FROM {t} WHERE session_key = $1"),
-            list_user: format!(
-                "SELECT session_id FROM {t} WHERE user_id = $1 ORDER BY session_id"
-            ),
-            list_none: format!(
-                "SELECT session_id FROM {t} WHERE user_id IS NULL ORDER BY session_id"
-            ),
-            acquire: format!(
-                "INSERT INTO {l} AS l (session_key, token, fence, expires_at)
-                 VALUES ($1, $2, 1, clock_timestamp() + $3::float8 * interval '1 millisecond')
-                 ON CONFLICT (session_key) DO UPDATE
-                   SET token = EXCLUDED.token, fence = l.fence + 1, expires_at = EXCLUDED.expires_at
-                   WHERE l.expires_at <= clock_timestamp()
-                 RETURNING fence"
-            ),
-            renew: format!(
-                "UPDATE {l} SET expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond'
-                 WHERE session_key = $1 AND token = $2 AND expires_at > clock_timestamp()"
-            ),
-            release: format!(
-                "UPDATE {l} SET token = '', expires_at = '-infinity'
-                 WHERE session_key = $1 AND token = $2 AND expires_at > clock_timestamp()"
-            ),
-        }
-    }
-}
 
 /// A [`SessionStore`] on PostgreSQL (feature `postgres`), with [`SessionAdmin`] and
 /// [`SessionLeases`].
@@ -481,7 +371,22 @@ impl PostgresSessionStore {
             .map_err(|e| pool_error(key, "getting a connection", e))
     }
 
-    /// Runs a statement (prepared once per connection) and returns its rows.
+    /// A pooled connection and `sql` prepared on it (once per connection).
+    async fn prepared(
+        &self,
+        key: Option<&SessionKey>,
+        what: &str,
+        sql: &str,
+    ) -> Result<(Object, Statement), StoreError> {
+        let client = self.client(key).await?;
+        let statement = client
+            .prepare_cached(sql)
+            .await
+            .map_err(|e| pg_error(key, what, &e))?;
+        Ok((client, statement))
+    }
+
+    /// Runs a statement and returns its rows.
     async fn query(
         &self,
         key: Option<&SessionKey>,
@@ -489,11 +394,7 @@ impl PostgresSessionStore {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
-        let client = self.client(key).await?;
-        let statement = client
-            .prepare_cached(sql)
-            .await
-            .map_err(|e| pg_error(key, what, &e))?;
+        let (client, statement) = self.prepared(key, what, sql).await?;
         client
             .query(&statement, params)
             .await
@@ -508,11 +409,7 @@ impl PostgresSessionStore {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64, StoreError> {
-        let client = self.client(key).await?;
-        let statement = client
-            .prepare_cached(sql)
-            .await
-            .map_err(|e| pg_error(key, what, &e))?;
+        let (client, statement) = self.prepared(key, what, sql).await?;
         client
             .execute(&statement, params)
             .await
@@ -752,58 +649,4 @@ impl PostgresSessionStore {
     }
 }
 
-impl SessionStore for PostgresSessionStore {
-    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
-        Box::pin(self.inner_load(key))
-    }
-
-    fn save<'a>(
-        &'a self,
-        key: &'a SessionKey,
-        messages: &'a [Msg],
-        expected_version: u64,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(self.inner_save(key, messages, expected_version, None))
-    }
-}
-
-impl SessionAdmin for PostgresSessionStore {
-    fn delete<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(self.inner_delete(key))
-    }
-
-    fn list<'a>(
-        &'a self,
-        user_id: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<SessionKey>, StoreError>> {
-        Box::pin(self.inner_list(user_id))
-    }
-}
-
-impl SessionLeases for PostgresSessionStore {
-    fn acquire<'a>(
-        &'a self,
-        key: &'a SessionKey,
-        ttl: Duration,
-        wait: Duration,
-    ) -> BoxFuture<'a, Result<Lease, StoreError>> {
-        Box::pin(self.inner_acquire(key, ttl, wait))
-    }
-
-    fn renew<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.inner_renew(lease))
-    }
-
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(self.inner_release(lease))
-    }
-
-    fn save_fenced<'a>(
-        &'a self,
-        lease: &'a Lease,
-        messages: &'a [Msg],
-        expected_version: u64,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(self.inner_save(lease.key(), messages, expected_version, Some(lease)))
-    }
-}
+engine_store_traits!(PostgresSessionStore);

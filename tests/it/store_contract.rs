@@ -47,6 +47,26 @@ impl<S> Harness<S> {
     }
 }
 
+/// The URL of a test server from `env`. Under `CI=true` a missing server fails the
+/// test (CI starts the servers); elsewhere the test is skipped with a visible message.
+pub fn server_url(env: &str, what: &str) -> Option<String> {
+    match std::env::var(env) {
+        Ok(url) if !url.is_empty() => Some(url),
+        other => {
+            let why = format!(
+                "{env} is {other:?}: run the tests under `scripts/test-servers` \
+                 (bash .ci/run does) to run the {what} store tests"
+            );
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI=true and no {what} server: {why}"
+            );
+            eprintln!("SKIPPED (not under CI): {why}");
+            None
+        }
+    }
+}
+
 fn texts(messages: &[Msg]) -> Vec<String> {
     messages.iter().map(Msg::text).collect()
 }

@@ -13,29 +13,14 @@ use rein::store::PostgresSessionStore;
 use rein::*;
 use tokio::time::Instant;
 
-use crate::store_contract::{Harness, lease_contract, store_contract};
+use crate::store_contract::{Harness, lease_contract, server_url, store_contract};
 use crate::store_redis::closed_port;
 
 const ENV: &str = "REIN_POSTGRES_URL";
 
-/// The test server's URL. Under `CI=true` a missing server fails the test; elsewhere the
-/// test is skipped with a visible message.
+/// The test server's URL, or `None` (outside CI) to skip.
 pub fn postgres_url() -> Option<String> {
-    match std::env::var(ENV) {
-        Ok(url) if !url.is_empty() => Some(url),
-        other => {
-            let why = format!(
-                "{ENV} is {other:?}: run the tests under `scripts/test-servers` \
-                 (bash .ci/run does) to run the PostgreSQL store tests"
-            );
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI=true and no PostgreSQL server: {why}"
-            );
-            eprintln!("SKIPPED (not under CI): {why}");
-            None
-        }
-    }
+    server_url(ENV, "PostgreSQL")
 }
 
 /// A table name no other test (or run) uses.

@@ -13,28 +13,13 @@ use rein::store::RedisSessionStore;
 use rein::*;
 use tokio::time::Instant;
 
-use crate::store_contract::{Harness, lease_contract, store_contract};
+use crate::store_contract::{Harness, lease_contract, server_url, store_contract};
 
 const ENV: &str = "REIN_REDIS_URL";
 
-/// The test server's URL. Under `CI=true` a missing server fails the test; elsewhere the
-/// test is skipped with a visible message.
+/// The test server's URL, or `None` (outside CI) to skip.
 pub fn redis_url() -> Option<String> {
-    match std::env::var(ENV) {
-        Ok(url) if !url.is_empty() => Some(url),
-        other => {
-            let why = format!(
-                "{ENV} is {other:?}: run the tests under `scripts/test-servers` \
-                 (bash .ci/run does) to run the Redis store tests"
-            );
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI=true and no Redis server: {why}"
-            );
-            eprintln!("SKIPPED (not under CI): {why}");
-            None
-        }
-    }
+    server_url(ENV, "Redis")
 }
 
 /// A key prefix no other test (or run) uses.
