@@ -381,6 +381,14 @@ impl RedisSessionStore {
         expected: u64,
         lease: Option<&Lease>,
     ) -> Result<u64, StoreError> {
+        if lease.is_some_and(|l| l.token().is_empty()) {
+            // The script reads an empty token as "unfenced": such a lease is never held.
+            return Err(StoreError::with_kind(
+                StoreErrorKind::LeaseLost,
+                key,
+                "nothing saved: a lease with an empty token is not held",
+            ));
+        }
         let version = next_version(key, expected)?;
         let payload = encode_messages(key, messages)?;
         let mut conn = self.conn.clone();
