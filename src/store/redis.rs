@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, RedisError, Script};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
 use super::lease::{Lease, SessionLeases, acquire_polling};
 use super::{FORMAT, SessionAdmin, decode_messages, encode_messages, key_string};
@@ -303,7 +303,49 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The store's connection for one operation: the shared `ConnectionManager`, with one
+/// retry of a command refused for want of a connection. The manager keeps the outcome of
+/// its last reconnection attempt, so the first command after the server is back would
+/// otherwise fail with the stale "connection refused" (and only start the reconnection);
+/// a refused command was never sent, so sending it again is safe even for a save.
+struct Retrying(ConnectionManager);
+
+impl ConnectionLike for Retrying {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            match self.0.req_packed_command(cmd).await {
+                Err(e) if e.is_connection_refusal() => self.0.req_packed_command(cmd).await,
+                other => other,
+            }
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            match self.0.req_packed_commands(pipeline, offset, count).await {
+                Err(e) if e.is_connection_refusal() => {
+                    self.0.req_packed_commands(pipeline, offset, count).await
+                }
+                other => other,
+            }
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+}
+
 impl RedisSessionStore {
+    fn conn(&self) -> Retrying {
+        Retrying(self.conn.clone())
+    }
+
     /// A builder (URL from `REDIS_URL` unless given, prefix `rein:`).
     pub fn builder() -> RedisSessionStoreBuilder {
         RedisSessionStoreBuilder::default()
@@ -340,7 +382,7 @@ impl RedisSessionStore {
     }
 
     async fn inner_load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let reply: Vec<Vec<u8>> = self
             .scripts
             .load
@@ -391,7 +433,7 @@ impl RedisSessionStore {
         }
         let version = next_version(key, expected)?;
         let payload = encode_messages(key, messages)?;
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let reply: Vec<Vec<u8>> = self
             .scripts
             .save
@@ -429,7 +471,7 @@ impl RedisSessionStore {
     }
 
     async fn inner_delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let removed: u64 = self
             .scripts
             .delete
@@ -443,7 +485,7 @@ impl RedisSessionStore {
     }
 
     async fn inner_list(&self, user_id: Option<&str>) -> Result<Vec<SessionKey>, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let mut ids: Vec<String> = redis::cmd("SMEMBERS")
             .arg(self.user_key(user_id))
             .query_async(&mut conn)
@@ -464,7 +506,7 @@ impl RedisSessionStore {
     ) -> Result<Lease, StoreError> {
         let (lease_key, fence_key) = (self.lease_key(key), self.fence_key(key));
         acquire_polling(key, ttl, wait, |token, ttl_ms| {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn();
             let (lease_key, fence_key) = (&lease_key, &fence_key);
             async move {
                 let fence: u64 = self
@@ -486,7 +528,7 @@ impl RedisSessionStore {
     async fn inner_renew(&self, lease: &Lease) -> Result<(), StoreError> {
         let key = lease.key();
         let ttl_ms = super::lease::ttl_millis(key, lease.ttl())?;
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let renewed: u64 = self
             .scripts
             .renew
@@ -508,7 +550,7 @@ impl RedisSessionStore {
 
     async fn inner_release(&self, lease: &Lease) -> Result<bool, StoreError> {
         let key = lease.key();
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let released: u64 = self
             .scripts
             .release

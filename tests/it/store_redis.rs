@@ -169,10 +169,12 @@ fn start_redis(port: u16) -> Child {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "redis-server did not start"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     child
@@ -216,6 +218,9 @@ async fn a_redis_server_that_is_down_fails_calls_cleanly_and_the_next_call_after
         started.elapsed()
     );
 
+    // Let the client's background reconnection attempts fail for good first: the first
+    // call after the restart must not get their stale error.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let mut server = start_redis(port);
     // The server kept nothing (no persistence): the next call sees version 0 and works.
     let loaded = store.load(&key).await.unwrap();
