@@ -101,6 +101,7 @@ pub mod mcp;
 mod message;
 pub mod model;
 pub mod observe;
+pub mod store;
 mod strict;
 pub mod subagent;
 pub mod testing;
@@ -133,6 +134,11 @@ pub use model::{
 pub use model::{HttpConfig, RetryPolicy};
 #[cfg(feature = "openai")]
 pub use model::{OpenAiChatModel, OpenAiChatModelBuilder};
+#[cfg(feature = "postgres")]
+pub use store::PostgresSessionStore;
+#[cfg(feature = "redis")]
+pub use store::RedisSessionStore;
+pub use store::{Lease, SessionAdmin, SessionLeases};
 pub use subagent::{
     GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentDeclarationBuilder,
     SubagentFactory,

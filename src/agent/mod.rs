@@ -64,6 +64,8 @@ pub use crate::context::{AgentInfo, Extensions, RunContext, StopReason};
 pub use acting::MAX_PRE_ACTING_PASSES;
 pub use file_store::FileSessionStore;
 pub use memory::SessionKey;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) use store::next_version;
 pub use store::{InMemorySessionStore, SessionStore, StoreError, StoreErrorKind, StoredSession};
 pub use stream::{AgentEvent, AgentStream, StreamRelease};
 

@@ -38,6 +38,22 @@ pub enum StoreErrorKind {
     Corrupt,
     /// Any other failure (the kind of [`StoreError::new`]).
     Other,
+    /// A lease on the session could not be acquired within the wait: another holder
+    /// (usually another replica) is running a call on it. Nothing ran, nothing was
+    /// written; retry later. See [`SessionLeases`](crate::store::SessionLeases).
+    Busy,
+    /// The lease a fenced save or a renewal used is no longer held (it expired, was
+    /// released, or another holder took the session over). Nothing was written.
+    LeaseLost,
+    /// The store's server cannot be reached (connection refused or dropped, a timeout,
+    /// a server shutting down). Nothing was written, or the outcome is unknown for a
+    /// save whose reply was lost (a retry then sees a `Conflict` if it had landed);
+    /// the next call after the server is back works.
+    Unavailable,
+    /// The store is misconfigured or was given an invalid argument: a malformed URL,
+    /// credentials the server rejects, a missing database, an invalid table name or key
+    /// prefix, a zero lease TTL. Retrying does not help.
+    Config,
 }
 
 /// A session store failure: a [`StoreErrorKind`], the session it concerns (when one
@@ -310,7 +326,7 @@ impl InMemorySessionStore {
         self.lock().keys().cloned().collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionKey, StoredSession>> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionKey, StoredSession>> {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -49,6 +49,7 @@ const UNITS: &[(&str, &str, u32)] = &[
     ("mcp", "mcp", 10),
     ("bench_support", "bench_support", 10),
     ("testing", "testing", 10),
+    ("store", "store", 10),
     ("", "crate root", 11),
 ];
 

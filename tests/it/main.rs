@@ -58,6 +58,11 @@ mod providers_support;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod providers_transport;
 mod sessions;
+mod store_contract;
+#[cfg(feature = "postgres")]
+mod store_postgres;
+#[cfg(feature = "redis")]
+mod store_redis;
 mod streaming;
 mod subagent_hardening;
 mod subagent_properties;
