@@ -18,8 +18,9 @@
 //! | 7 | `observe` |
 //! | 8 | `agent` |
 //! | 9 | `subagent` |
-//! | 10 | leaves: `hooks`, `mcp`, `bench_support` — import any lower layer; nothing imports them |
-//! | 11 | the crate root (`lib.rs`: re-exports) |
+//! | 10 | leaves: `hooks`, `mcp`, `store` (Redis/PostgreSQL session stores), `testing` (HookHarness) — import any lower layer; nothing imports them |
+//! | 11 | `bench_support` (drives the production hooks for the benches) |
+//! | 12 | the crate root (`lib.rs`: re-exports) |
 //!
 //! Paths through the crate root (`crate::AgentInfo`) are resolved through `lib.rs`'s
 //! `pub use` items to the module that exports them.
@@ -47,10 +48,10 @@ const UNITS: &[(&str, &str, u32)] = &[
     ("subagent", "subagent", 9),
     ("hooks", "hooks", 10),
     ("mcp", "mcp", 10),
-    ("bench_support", "bench_support", 10),
+    ("bench_support", "bench_support", 11),
     ("testing", "testing", 10),
     ("store", "store", 10),
-    ("", "crate root", 11),
+    ("", "crate root", 12),
 ];
 
 /// An import that points up (or sideways into another unit of the same layer).
@@ -74,7 +75,7 @@ fn unit_of(path: &str) -> (&'static str, u32) {
         })
         .max_by_key(|(prefix, _, _)| prefix.len())
         .map(|&(_, unit, layer)| (unit, layer))
-        .unwrap_or(("crate root", 11))
+        .unwrap_or(("crate root", 12))
 }
 
 /// Drops comments (line comments; doc comments included) and `#[cfg(test)] mod …`
