@@ -152,10 +152,10 @@ impl Observed {
     }
 
     /// The server goes away mid-whatever: the stdio process is killed; over HTTP every
-    /// open connection is cut.
+    /// open connection is cut and new ones are refused for half a second (a restart).
     fn kill(&self) {
         match &self.proxy {
-            Some(proxy) => proxy.sever(),
+            Some(proxy) => proxy.down_for(Duration::from_millis(500)),
             None => {
                 std::process::Command::new("kill")
                     .args(["-9", &self.pid().to_string()])
@@ -168,10 +168,15 @@ impl Observed {
     /// The server goes away and cannot come back.
     fn break_for_good(&self) {
         match &self.proxy {
-            Some(proxy) => proxy.refuse.store(true, Ordering::SeqCst),
-            None => std::fs::write(self.dir.join("broken"), "").unwrap(),
+            Some(proxy) => {
+                proxy.refuse.store(true, Ordering::SeqCst);
+                proxy.sever();
+            }
+            None => {
+                std::fs::write(self.dir.join("broken"), "").unwrap();
+                self.kill();
+            }
         }
-        self.kill();
     }
 }
 
@@ -209,6 +214,17 @@ impl Proxy {
 
     fn sever(&self) {
         self.sever.send_modify(|n| *n += 1);
+    }
+
+    /// Cuts every connection and refuses new ones for `d`.
+    fn down_for(&self, d: Duration) {
+        self.refuse.store(true, Ordering::SeqCst);
+        self.sever();
+        let refuse = Arc::clone(&self.refuse);
+        tokio::spawn(async move {
+            tokio::time::sleep(d).await;
+            refuse.store(false, Ordering::SeqCst);
+        });
     }
 }
 
@@ -492,7 +508,17 @@ async fn a_server_lost_mid_call_gives_an_error_result_and_the_next_call_reconnec
         ScriptedTurn::tool_call("mcp__everything__echo", json!({"message": "back"})),
         ScriptedTurn::text("survived"),
     ]);
-    let agent = everything(&model, observed.config()).await;
+    // Each model turn starts a second late, so a restarting server is back in time.
+    let agent = builder(&model)
+        .hook(
+            FnHook::new("pace", |_| Ok(()))
+                .on(EventKind::PreReasoning)
+                .delay(Duration::from_secs(1)),
+        )
+        .mcp_server("everything", observed.config())
+        .build_async()
+        .await
+        .unwrap();
     assert_eq!(observed.sessions(), 1);
     let first = matches!(server, Server::Stdio(_)).then(|| observed.pid());
     let killer = {
@@ -509,8 +535,9 @@ async fn a_server_lost_mid_call_gives_an_error_result_and_the_next_call_reconnec
         .unwrap();
     killer.await.unwrap();
     assert_eq!(reply.text(), "survived");
-    assert!(started.elapsed() < Duration::from_secs(20));
     let killed = &results_in_request(&model, 1)[0];
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(20), "took {took:?}: {killed:?}");
     assert!(killed.1, "{killed:?}");
     assert!(
         killed.2.contains("`everything`") && killed.2.contains("trigger-long-running-operation"),
