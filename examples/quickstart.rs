@@ -7,7 +7,13 @@
 //! ```sh
 //! OPENAI_API_KEY=sk-... cargo run --features openai --example quickstart
 //! ANTHROPIC_API_KEY=sk-ant-... cargo run --features anthropic --example quickstart
+//! # a real local model (Qwen2.5-Coder-1.5B on llama-server; no key, no GPU):
+//! scripts/real-model start
+//! eval "$(scripts/real-model env)" && cargo run --all-features --example quickstart
 //! ```
+//!
+//! The prompts are written for small models too: a short system prompt that says what to
+//! do when a call is denied, and questions that stand on their own.
 //!
 //! The first output line says which model runs.
 
@@ -104,8 +110,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let agent = Agent::builder()
         .name("calculator")
-        .sys_prompt("You are a careful calculator.")
+        // Short on purpose: with a longer system prompt the 1.5B local model described
+        // tool calls in prose instead of making them.
+        .sys_prompt(
+            "You are a careful calculator. If a tool call is denied, say why in one sentence.",
+        )
         .model(model)
+        // Deterministic on a real model too (dropped for models without sampling options).
+        .generate_options(GenerateOptions {
+            temperature: Some(0.0),
+            ..Default::default()
+        })
         .toolkit(tools)
         .hook(Narrator)
         .build()?;
@@ -113,7 +128,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let reply = agent.call(Msg::user("What is 1 + 2?")).await?;
     println!("=> {}\n", reply.text());
 
-    let reply = agent.call(Msg::user("And -5 + 3?")).await?;
+    let reply = agent.call(Msg::user("What is -5 + 3?")).await?;
     println!("=> {}", reply.text());
     Ok(())
 }

@@ -131,7 +131,7 @@ pub use model::{
     ModelStream, ScriptedModel, ScriptedTurn, ToolChoice, Usage,
 };
 #[cfg(any(feature = "openai", feature = "anthropic"))]
-pub use model::{HttpConfig, RetryPolicy};
+pub use model::{HttpConfig, ModelCapabilities, RetryPolicy};
 #[cfg(feature = "openai")]
 pub use model::{OpenAiChatModel, OpenAiChatModelBuilder};
 #[cfg(feature = "postgres")]

@@ -9,6 +9,7 @@ use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, PaginatedRequestParams};
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::common::client_side_sse::NeverRetry;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -99,8 +100,13 @@ impl Connection {
                         .map_err(|e| format!("invalid value for header `{name}`: {e}"))?;
                     map.insert(name, value);
                 }
-                let config =
+                let mut config =
                     StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
+                // A response stream lost mid-call fails that call (the next call opens a
+                // new session) instead of being resumed: resumption depends on the server's
+                // event store, and against the reference server a resumed stream never
+                // delivered the result, so the call waited for its whole timeout.
+                config.retry_config = Arc::new(NeverRetry::default());
                 let transport = StreamableHttpClientTransport::from_config(config);
                 let service =
                     ().serve(transport)

@@ -22,7 +22,10 @@
 //!   never a crashed call: a server that cannot be (re)started, dies mid-call, exceeds the
 //!   call timeout, or answers with an error. The agent keeps working; after a transport
 //!   failure the connection is dropped and the next call reconnects (a new child process
-//!   for stdio servers).
+//!   for stdio servers, a new session for HTTP servers). Over HTTP, a response stream
+//!   lost mid-call fails that call at once rather than being resumed (resumption relies
+//!   on the server's event store; against the reference server a resumed stream never
+//!   delivered the result and the call waited out its timeout).
 //! - **Limits:** a server is someone else's code, so what it may send is bounded (per
 //!   server, see [`McpLimits`]): the tool listing is at most [`DEFAULT_MAX_LIST_PAGES`]
 //!   pages, [`DEFAULT_MAX_TOOLS`] tools and [`DEFAULT_MAX_LIST_BYTES`] bytes, or

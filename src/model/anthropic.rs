@@ -4,14 +4,15 @@ use std::collections::VecDeque;
 
 use serde_json::{Value, json};
 
+use super::capabilities::{drop_sampling, dropped};
 use super::sse::Event;
 use super::transport::{
     Decoder, Endpoint, Flow, Transport, body_finish, body_start, endpoint_setters, malformed,
     parse_json, put, str_field, stream_error, u64_field,
 };
 use super::{
-    FinishReason, Messages, Model, ModelChunk, ModelError, ModelErrorKind, ModelRequest,
-    ModelStream, ToolChoice, Usage,
+    FinishReason, GenerateOptions, Messages, Model, ModelCapabilities, ModelChunk, ModelError,
+    ModelErrorKind, ModelRequest, ModelStream, ToolChoice, Usage,
 };
 use crate::error::BuildError;
 use crate::message::{ContentBlock, Msg, Role};
@@ -65,6 +66,12 @@ const DEFAULT_MAX_TOKENS: u32 = 4096;
 ///   `frequency_penalty` and `presence_penalty` have no Anthropic equivalent and are
 ///   not sent. `extra_body` fields are added last and override any of the above;
 ///   `extra_headers` are sent as HTTP headers.
+/// - [`ModelCapabilities`] (from [`ModelCapabilities::anthropic`] by the effective model
+///   name, or [`AnthropicModelBuilder::capabilities`]) and the API's extended-thinking
+///   rules decide what is sent: `reasoning_effort` only to models with extended
+///   thinking; with thinking on, no `temperature` other than 1, no `top_p` outside
+///   0.95..=1 and no `top_k` (each dropped and logged; see
+///   [`capabilities`](crate::model::capabilities) for the rules and why).
 ///
 /// # The stream
 /// `message_start` (input tokens, cache reads and writes included), text,
@@ -82,11 +89,13 @@ const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// its type names (`overloaded_error` is a server error, retried when nothing was
 /// delivered yet); a payload that is not JSON is a `Stream` error quoting it. An
 /// unknown `reasoning_effort` is a [`ModelErrorKind::BadRequest`] before anything is
-/// sent.
+/// sent, and so is a request extended thinking rules out and that cannot be made valid
+/// (see [`request_body`](Self::request_body)).
 #[derive(Clone, Debug)]
 pub struct AnthropicModel {
     model: String,
     max_tokens: u32,
+    capabilities: Option<ModelCapabilities>,
     transport: Transport,
 }
 
@@ -97,6 +106,7 @@ pub struct AnthropicModelBuilder {
     endpoint: Endpoint,
     version: Option<String>,
     max_tokens: Option<u32>,
+    capabilities: Option<ModelCapabilities>,
 }
 
 impl AnthropicModel {
@@ -126,23 +136,33 @@ impl AnthropicModel {
         self.transport.url()
     }
 
-    /// The JSON body this model sends for `request` (what [`Model::stream`] posts).
+    /// The capabilities that apply to a call of model `name` (the builder's, else the
+    /// table's).
+    pub fn capabilities(&self, name: &str) -> ModelCapabilities {
+        self.capabilities
+            .unwrap_or_else(|| ModelCapabilities::anthropic(name))
+    }
+
+    /// The JSON body this model sends for `request` (what [`Model::stream`] posts),
+    /// after the [capability rules](crate::model::capabilities).
     ///
     /// # Errors
-    /// [`ModelErrorKind::BadRequest`] for a `reasoning_effort` that is neither a known
-    /// level nor a number of tokens.
+    /// [`ModelErrorKind::BadRequest`], naming the option, for a `reasoning_effort` that
+    /// is neither a known level nor a number of tokens, and with extended thinking on: a
+    /// budget under 1,024 tokens (`reasoning_effort`), an explicit `max_tokens` not above
+    /// the budget, or a `tool_choice` that forces tool use while tools are offered.
     pub fn request_body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
-        let o = &request.options;
+        let name = request.options.model.as_deref().unwrap_or(&self.model);
+        let caps = self.capabilities(name);
+        let (options, budget) =
+            applicable(&request.options, name, caps, !request.tools.is_empty())?;
+        let o = &options;
         let mut body = body_start(o, &self.model);
         let (system, turns) = messages(&request.messages);
         if !system.is_empty() {
             body.insert("system".into(), system.into());
         }
         body.insert("messages".into(), turns.into());
-        let budget = match o.reasoning_effort.as_deref() {
-            None => None,
-            Some(effort) => thinking_budget(effort)?,
-        };
         let max_tokens = o
             .max_tokens
             .unwrap_or_else(|| self.max_tokens.saturating_add(budget.unwrap_or(0)));
@@ -205,6 +225,14 @@ impl AnthropicModelBuilder {
         self
     }
 
+    /// Sets the model's capabilities for every call, replacing the lookup of
+    /// [`ModelCapabilities::anthropic`] by name. The extended-thinking rules of the API
+    /// apply whatever the capabilities say.
+    pub fn capabilities(mut self, capabilities: ModelCapabilities) -> Self {
+        self.capabilities = Some(capabilities);
+        self
+    }
+
     /// Builds the model. Without an API key no `x-api-key` header is sent (for
     /// gateways that authenticate otherwise; see
     /// [`header`](AnthropicModelBuilder::header)).
@@ -227,6 +255,7 @@ impl AnthropicModelBuilder {
         Ok(AnthropicModel {
             model,
             max_tokens: self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            capabilities: self.capabilities,
             transport,
         })
     }
@@ -248,6 +277,92 @@ impl Model for AnthropicModel {
             AnthropicDecoder::default(),
         )
     }
+}
+
+/// The smallest thinking budget the API accepts.
+const MIN_THINKING_BUDGET: u32 = 1024;
+
+/// The options with what `caps` and the extended-thinking rules rule out dropped (and
+/// logged), and the thinking budget; or the option that cannot be made valid.
+fn applicable(
+    options: &GenerateOptions,
+    name: &str,
+    caps: ModelCapabilities,
+    tools: bool,
+) -> Result<(GenerateOptions, Option<u32>), ModelError> {
+    let bad = |m: String| ModelError::new(ModelErrorKind::BadRequest, m);
+    let mut o = options.clone();
+    let budget = match o.reasoning_effort.as_deref() {
+        None => None,
+        Some(effort) => thinking_budget(effort)?,
+    };
+    if !caps.sampling {
+        drop_sampling(
+            &mut o,
+            name,
+            "the model takes no sampling parameters",
+            false,
+        );
+    }
+    let Some(budget) = budget else {
+        return Ok((o, None));
+    };
+    if !caps.reasoning {
+        o.reasoning_effort = None;
+        dropped(
+            name,
+            "reasoning_effort",
+            "the model has no extended thinking",
+        );
+        return Ok((o, None));
+    }
+    if budget < MIN_THINKING_BUDGET {
+        return Err(bad(format!(
+            "reasoning_effort `{}` asks for a thinking budget of {budget} tokens; Anthropic \
+             requires at least {MIN_THINKING_BUDGET}",
+            options.reasoning_effort.as_deref().unwrap_or_default()
+        )));
+    }
+    if let Some(max) = o.max_tokens
+        && max <= budget
+    {
+        return Err(bad(format!(
+            "max_tokens {max} must be greater than the thinking budget of {budget} tokens \
+             (reasoning_effort `{}`)",
+            options.reasoning_effort.as_deref().unwrap_or_default()
+        )));
+    }
+    if tools
+        && matches!(
+            o.tool_choice,
+            Some(ToolChoice::Required | ToolChoice::Tool(_))
+        )
+    {
+        return Err(bad(
+            "tool_choice forces tool use, which Anthropic does not allow with extended \
+             thinking (reasoning_effort): use tool_choice auto or none, or no reasoning_effort"
+                .to_owned(),
+        ));
+    }
+    let why = "extended thinking is on (reasoning_effort)";
+    if o.temperature.take_if(|t| *t != 1.0).is_some() {
+        dropped(
+            name,
+            "temperature",
+            &format!("{why}, which requires temperature 1"),
+        );
+    }
+    if o.top_p.take_if(|p| !(0.95..=1.0).contains(p)).is_some() {
+        dropped(
+            name,
+            "top_p",
+            &format!("{why}, which requires top_p within 0.95..=1"),
+        );
+    }
+    if o.top_k.take().is_some() {
+        dropped(name, "top_k", &format!("{why}, which does not allow top_k"));
+    }
+    Ok((o, Some(budget)))
 }
 
 /// The thinking budget for a `reasoning_effort` value (`None` for `"none"`).

@@ -20,6 +20,8 @@
 pub(crate) mod accumulate;
 #[cfg(feature = "anthropic")]
 mod anthropic;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub mod capabilities;
 mod messages;
 #[cfg(feature = "openai")]
 mod openai;
@@ -34,6 +36,8 @@ pub mod transport;
 
 #[cfg(feature = "anthropic")]
 pub use anthropic::{AnthropicModel, AnthropicModelBuilder};
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub use capabilities::ModelCapabilities;
 pub use messages::Messages;
 #[cfg(feature = "openai")]
 pub use openai::{OpenAiChatModel, OpenAiChatModelBuilder};

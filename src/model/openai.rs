@@ -4,14 +4,15 @@ use std::collections::VecDeque;
 
 use serde_json::{Map, Value, json};
 
+use super::capabilities::{OPENAI_EFFORTS, drop_sampling, dropped};
 use super::sse::Event;
 use super::transport::{
     Decoder, Endpoint, Flow, Transport, body_finish, body_start, endpoint_setters, malformed,
     parse_json, put, str_field, stream_error, u64_field,
 };
 use super::{
-    FinishReason, Messages, Model, ModelChunk, ModelError, ModelRequest, ModelStream, ToolChoice,
-    Usage,
+    FinishReason, GenerateOptions, Messages, Model, ModelCapabilities, ModelChunk, ModelError,
+    ModelErrorKind, ModelRequest, ModelStream, ToolChoice, Usage,
 };
 use crate::error::BuildError;
 use crate::message::{ContentBlock, Role, ToolResult};
@@ -53,6 +54,12 @@ const DEFAULT_MODEL: &str = "gpt-4o-mini";
 ///   `parallel_tool_calls` only when tools are offered (OpenAI rejects them
 ///   otherwise). `extra_body` fields are added last and override any of the above;
 ///   `extra_headers` are sent as HTTP headers.
+/// - [`ModelCapabilities`] (from [`ModelCapabilities::openai`] by the effective model
+///   name, or [`OpenAiChatModelBuilder::capabilities`]) decide what a model is sent:
+///   `reasoning_effort` only to reasoning models, no sampling parameters to OpenAI's
+///   reasoning models, which receive `max_tokens` as `max_completion_tokens`; dropped
+///   options are logged (see [`capabilities`](crate::model::capabilities) for the rules
+///   and why).
 ///
 /// # The stream
 /// Text deltas (a `refusal` counts as text), reasoning deltas (`reasoning_content` or `reasoning`, as vLLM,
@@ -69,11 +76,15 @@ const DEFAULT_MODEL: &str = "gpt-4o-mini";
 /// See [`transport`](crate::model::transport) for timeouts, retries and the typed
 /// errors of HTTP failures. An `error` object inside the stream ends it with an error
 /// of the kind its `type`/`code` names; a payload that is not JSON is a `Stream` error
-/// quoting it.
+/// quoting it. A request the capabilities rule out and that cannot be made valid (a
+/// `reasoning_effort` level a known OpenAI reasoning model does not have) is a
+/// [`ModelErrorKind::BadRequest`](crate::ModelErrorKind::BadRequest) naming the option,
+/// before anything is sent.
 #[derive(Clone, Debug)]
 pub struct OpenAiChatModel {
     model: String,
     max_completion_tokens: bool,
+    capabilities: Option<ModelCapabilities>,
     transport: Transport,
 }
 
@@ -83,6 +94,7 @@ pub struct OpenAiChatModel {
 pub struct OpenAiChatModelBuilder {
     endpoint: Endpoint,
     max_completion_tokens: bool,
+    capabilities: Option<ModelCapabilities>,
 }
 
 impl OpenAiChatModel {
@@ -111,9 +123,24 @@ impl OpenAiChatModel {
         self.transport.url()
     }
 
-    /// The JSON body this model sends for `request` (what [`Model::stream`] posts).
-    pub fn request_body(&self, request: &ModelRequest) -> Value {
-        let o = &request.options;
+    /// The capabilities that apply to a call of model `name` (the builder's, else the
+    /// table's).
+    pub fn capabilities(&self, name: &str) -> ModelCapabilities {
+        self.capabilities
+            .unwrap_or_else(|| ModelCapabilities::openai(name))
+    }
+
+    /// The JSON body this model sends for `request` (what [`Model::stream`] posts),
+    /// after the [capability rules](crate::model::capabilities).
+    ///
+    /// # Errors
+    /// [`ModelErrorKind::BadRequest`] naming `reasoning_effort` when a known OpenAI
+    /// reasoning model is asked for a level it does not have.
+    pub fn request_body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
+        let name = request.options.model.as_deref().unwrap_or(&self.model);
+        let caps = self.capabilities(name);
+        let options = applicable(&request.options, name, caps)?;
+        let o = &options;
         let mut body = body_start(o, &self.model);
         body.insert("messages".into(), messages(&request.messages).into());
         body.insert("stream_options".into(), json!({"include_usage": true}));
@@ -137,7 +164,7 @@ impl OpenAiChatModel {
         put(&mut body, "temperature", o.temperature);
         put(&mut body, "top_p", o.top_p);
         put(&mut body, "top_k", o.top_k);
-        let max_key = if self.max_completion_tokens {
+        let max_key = if self.max_completion_tokens || caps.max_completion_tokens {
             "max_completion_tokens"
         } else {
             "max_tokens"
@@ -148,8 +175,43 @@ impl OpenAiChatModel {
         put(&mut body, "frequency_penalty", o.frequency_penalty);
         put(&mut body, "presence_penalty", o.presence_penalty);
         put(&mut body, "reasoning_effort", o.reasoning_effort.clone());
-        body_finish(body, o)
+        Ok(body_finish(body, o))
     }
+}
+
+/// The options with what `caps` rules out dropped (and logged), or the option that
+/// cannot be made valid.
+fn applicable(
+    options: &GenerateOptions,
+    name: &str,
+    caps: ModelCapabilities,
+) -> Result<GenerateOptions, ModelError> {
+    let mut o = options.clone();
+    if !caps.reasoning && o.reasoning_effort.take().is_some() {
+        dropped(name, "reasoning_effort", "the model does not reason");
+    }
+    if !caps.sampling {
+        drop_sampling(
+            &mut o,
+            name,
+            "a reasoning model takes no sampling parameters",
+            true,
+        );
+    }
+    if caps.known
+        && caps.reasoning
+        && let Some(effort) = &o.reasoning_effort
+        && !OPENAI_EFFORTS.contains(&effort.trim().to_ascii_lowercase().as_str())
+    {
+        return Err(ModelError::new(
+            ModelErrorKind::BadRequest,
+            format!(
+                "reasoning_effort `{effort}` is not a level of `{name}`: use one of {}",
+                OPENAI_EFFORTS.join(", ")
+            ),
+        ));
+    }
+    Ok(o)
 }
 
 impl OpenAiChatModelBuilder {
@@ -176,6 +238,14 @@ impl OpenAiChatModelBuilder {
         self
     }
 
+    /// Sets the model's capabilities for every call, replacing the lookup of
+    /// [`ModelCapabilities::openai`] by name (e.g. to declare a local reasoning model,
+    /// or [`ModelCapabilities::PERMISSIVE`] to send every option as given).
+    pub fn capabilities(mut self, capabilities: ModelCapabilities) -> Self {
+        self.capabilities = Some(capabilities);
+        self
+    }
+
     /// Builds the model. Without an API key no `Authorization` header is sent.
     ///
     /// # Errors
@@ -195,6 +265,7 @@ impl OpenAiChatModelBuilder {
         Ok(OpenAiChatModel {
             model,
             max_completion_tokens: self.max_completion_tokens,
+            capabilities: self.capabilities,
             transport,
         })
     }
@@ -210,9 +281,8 @@ impl Model for OpenAiChatModel {
     }
 
     fn stream(&self, request: ModelRequest) -> ModelStream {
-        let body = self.request_body(&request);
         self.transport.stream(
-            Ok(body),
+            self.request_body(&request),
             &request.options.extra_headers,
             OpenAiDecoder::default(),
         )

@@ -51,12 +51,16 @@ mod observability;
 mod providers_agent;
 #[cfg(feature = "anthropic")]
 mod providers_anthropic;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod providers_capabilities;
 #[cfg(feature = "openai")]
 mod providers_openai;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod providers_support;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod providers_transport;
+#[cfg(feature = "openai")]
+mod real_model;
 mod sessions;
 mod store_contract;
 #[cfg(feature = "postgres")]

@@ -1,33 +1,41 @@
 //! MCP tools against a real MCP server nobody here wrote: the reference server
-//! `@modelcontextprotocol/server-everything` over stdio.
+//! `@modelcontextprotocol/server-everything`, over stdio and over streamable HTTP. The
+//! same scenarios run on both transports (`mcp::stdio::*` and `mcp::http::*`).
 //!
-//! Tests that need the server read the path of its `dist/index.js` from the environment
-//! variable `REIN_MCP_EVERYTHING` (`.ci/run` installs the server and sets it) and skip,
-//! saying so, when it is unset.
+//! Over stdio the tests start the server from the path of its `dist/index.js` in
+//! `REIN_MCP_EVERYTHING`; over HTTP they reach the server that `scripts/mcp-http start`
+//! runs at `REIN_MCP_EVERYTHING_HTTP` (`.ci/run` installs the server, starts it and sets
+//! both). A missing server fails the test under `CI=true` and is a visible skip elsewhere.
+//! Over HTTP the tests watch the wire through a recording TCP proxy of their own, which
+//! can also cut every connection (a server that dies) or refuse new ones (a server that
+//! cannot come back).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rein::mcp::McpServerConfig;
 use rein::*;
 use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
 use crate::subagents::{TempDir, named_tool};
 use crate::support::*;
 
 const ENV: &str = "REIN_MCP_EVERYTHING";
+const HTTP_ENV: &str = "REIN_MCP_EVERYTHING_HTTP";
 
-/// The server script, or `None` (with a message) to skip.
-/// The reference server's script. Under `CI=true` a missing server fails the test (CI
-/// installs it); elsewhere the test is skipped with a visible message.
-fn server() -> Option<String> {
-    match std::env::var(ENV) {
-        Ok(path) if Path::new(&path).is_file() => Some(path),
+/// The value of `var`, the reference server's script or URL. Under `CI=true` a missing
+/// server fails the test (CI installs and starts it); elsewhere the test is skipped with
+/// a visible message.
+fn required(var: &str, usable: impl Fn(&str) -> bool, how: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(value) if usable(&value) => Some(value),
         other => {
-            let why = format!(
-                "{ENV} is {other:?}: set it to @modelcontextprotocol/server-everything's \
-                 dist/index.js (bash .ci/run installs it) to run the real-server MCP tests"
-            );
+            let why = format!("{var} is {other:?}: {how} to run the real-server MCP tests");
             assert!(
                 std::env::var("CI").as_deref() != Ok("true"),
                 "CI=true and the MCP reference server is missing: {why}"
@@ -38,24 +46,222 @@ fn server() -> Option<String> {
     }
 }
 
-/// The server over stdio, started through `sh` so the test can see from the outside:
-/// its pid goes to `<dir>/pid` (the shell `exec`s node, keeping the pid) and everything
-/// the client sends is appended to `<dir>/wire`.
-fn observed(script: &str, dir: &Path) -> McpServerConfig {
-    let pid = dir.join("pid");
-    let wire = dir.join("wire");
-    McpServerConfig::stdio("bash").args([
-        "-c".to_owned(),
-        r#"echo $$ > "$1"; exec node "$3" stdio < <(tee -a "$2")"#.to_owned(),
-        "bash".to_owned(),
-        pid.display().to_string(),
-        wire.display().to_string(),
-        script.to_owned(),
-    ])
+/// The reference server on one transport.
+#[derive(Clone, Debug)]
+pub enum Server {
+    /// `node <script> stdio`.
+    Stdio(String),
+    /// A running streamable-HTTP server at this URL.
+    Http(String),
 }
 
-fn plain(script: &str) -> McpServerConfig {
-    McpServerConfig::stdio("node").args([script, "stdio"])
+impl Server {
+    fn stdio() -> Option<Self> {
+        required(
+            ENV,
+            |p| Path::new(p).is_file(),
+            "set it to @modelcontextprotocol/server-everything's dist/index.js (bash .ci/run \
+             installs it)",
+        )
+        .map(Self::Stdio)
+    }
+
+    fn http() -> Option<Self> {
+        required(
+            HTTP_ENV,
+            |u| u.starts_with("http://"),
+            "run `scripts/mcp-http start` and `eval \"$(scripts/mcp-http env)\"`",
+        )
+        .map(Self::Http)
+    }
+
+    /// The server as configured directly (no observation).
+    fn plain(&self) -> McpServerConfig {
+        match self {
+            Self::Stdio(script) => McpServerConfig::stdio("node").args([script.as_str(), "stdio"]),
+            Self::Http(url) => McpServerConfig::http(url.as_str()),
+        }
+    }
+
+    /// The `tools.json` entry of the server, with the location from the environment.
+    fn tools_json_entry(&self) -> String {
+        match self {
+            Self::Stdio(_) => format!(
+                r#""transport": "stdio", "command": "node", "args": ["${{{ENV}}}", "stdio"]"#
+            ),
+            Self::Http(_) => format!(r#""transport": "http", "url": "${{{HTTP_ENV}}}""#),
+        }
+    }
+
+    /// The server watched from the outside: everything the client sends is appended to
+    /// `<dir>/wire`. Over stdio it is started through `bash`, which writes its pid to
+    /// `<dir>/pid` (the shell `exec`s node, keeping the pid) and exits at once while
+    /// `<dir>/broken` exists; over HTTP it is reached through a recording proxy.
+    async fn observed(&self, dir: &Path) -> Observed {
+        let (config, proxy) = match self {
+            Self::Stdio(script) => (
+                McpServerConfig::stdio("bash").args([
+                    "-c".to_owned(),
+                    r#"[ -e "$4" ] && exit 3; echo $$ > "$1"; exec node "$3" stdio < <(tee -a "$2")"#
+                        .to_owned(),
+                    "bash".to_owned(),
+                    dir.join("pid").display().to_string(),
+                    dir.join("wire").display().to_string(),
+                    script.clone(),
+                    dir.join("broken").display().to_string(),
+                ]),
+                None,
+            ),
+            Self::Http(url) => {
+                let proxy = Proxy::start(url, dir.join("wire")).await;
+                (McpServerConfig::http(proxy.url.as_str()), Some(proxy))
+            }
+        };
+        Observed {
+            config,
+            dir: dir.to_owned(),
+            proxy,
+        }
+    }
+}
+
+/// A server watched from the outside (see [`Server::observed`]).
+pub struct Observed {
+    config: McpServerConfig,
+    dir: PathBuf,
+    proxy: Option<Proxy>,
+}
+
+impl Observed {
+    fn config(&self) -> McpServerConfig {
+        self.config.clone()
+    }
+
+    /// What the client sent so far.
+    fn wire(&self) -> String {
+        std::fs::read_to_string(self.dir.join("wire")).unwrap_or_default()
+    }
+
+    /// How many MCP sessions the client opened (`initialize` requests).
+    fn sessions(&self) -> usize {
+        self.wire().matches(r#""initialize""#).count()
+    }
+
+    fn pid(&self) -> u32 {
+        read_pid(&self.dir)
+    }
+
+    /// The server goes away mid-whatever: the stdio process is killed; over HTTP every
+    /// open connection is cut and new ones are refused for half a second (a restart).
+    fn kill(&self) {
+        match &self.proxy {
+            Some(proxy) => proxy.down_for(Duration::from_millis(500)),
+            None => {
+                std::process::Command::new("kill")
+                    .args(["-9", &self.pid().to_string()])
+                    .status()
+                    .unwrap();
+            }
+        }
+    }
+
+    /// The server goes away and cannot come back.
+    fn break_for_good(&self) {
+        match &self.proxy {
+            Some(proxy) => {
+                proxy.refuse.store(true, Ordering::SeqCst);
+                proxy.sever();
+            }
+            None => {
+                std::fs::write(self.dir.join("broken"), "").unwrap();
+                self.kill();
+            }
+        }
+    }
+}
+
+/// A TCP proxy to an HTTP server on 127.0.0.1 that appends every byte the client sends
+/// to a file, and can cut its connections or refuse new ones.
+struct Proxy {
+    url: String,
+    sever: watch::Sender<u64>,
+    refuse: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    async fn start(upstream_url: &str, wire: PathBuf) -> Self {
+        let rest = upstream_url.strip_prefix("http://").unwrap();
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let upstream = authority.to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/{path}", listener.local_addr().unwrap());
+        let (sever, _) = watch::channel(0u64);
+        let refuse = Arc::new(AtomicBool::new(false));
+        let (tx, no) = (sever.clone(), Arc::clone(&refuse));
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                if no.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                tokio::spawn(pipe(client, server, wire.clone(), tx.subscribe()));
+            }
+        });
+        Self { url, sever, refuse }
+    }
+
+    fn sever(&self) {
+        self.sever.send_modify(|n| *n += 1);
+    }
+
+    /// Cuts every connection and refuses new ones for `d`.
+    fn down_for(&self, d: Duration) {
+        self.refuse.store(true, Ordering::SeqCst);
+        self.sever();
+        let refuse = Arc::clone(&self.refuse);
+        tokio::spawn(async move {
+            tokio::time::sleep(d).await;
+            refuse.store(false, Ordering::SeqCst);
+        });
+    }
+}
+
+/// Copies both ways, recording the client's bytes, until either side closes or the
+/// proxy cuts the connection.
+async fn pipe(
+    mut client: TcpStream,
+    mut server: TcpStream,
+    wire: PathBuf,
+    mut sever: watch::Receiver<u64>,
+) {
+    let (mut client_read, mut client_write) = client.split();
+    let (mut server_read, mut server_write) = server.split();
+    let up = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = client_read.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&wire)
+                .unwrap();
+            std::io::Write::write_all(&mut file, &buf[..n]).unwrap();
+            if server_write.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    let down = tokio::io::copy(&mut server_read, &mut client_write);
+    tokio::select! {
+        _ = up => {}
+        _ = down => {}
+        _ = sever.changed() => {}
+    }
 }
 
 fn read_pid(dir: &Path) -> u32 {
@@ -64,10 +270,6 @@ fn read_pid(dir: &Path) -> u32 {
         .trim()
         .parse()
         .unwrap()
-}
-
-fn wire(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("wire")).unwrap_or_default()
 }
 
 /// Whether `pid` is a live (not zombie) process.
@@ -94,9 +296,50 @@ fn offered(model: &ScriptedModel, n: usize) -> Vec<ToolSchema> {
     model.requests()[n].tools.clone()
 }
 
-#[tokio::test]
-async fn a_real_servers_tools_are_offered_with_their_schemas_and_called_through_a_run() {
-    let Some(script) = server() else { return };
+/// Runs each named scenario `async fn name(server: Server)` once per transport, as
+/// `stdio::name` and `http::name`.
+macro_rules! on_both_transports {
+    ($($name:ident),* $(,)?) => {
+        mod stdio {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    if let Some(server) = super::Server::stdio() {
+                        super::$name(server).await;
+                    }
+                }
+            )*
+        }
+        mod http {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    if let Some(server) = super::Server::http() {
+                        super::$name(server).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+on_both_transports!(
+    a_real_servers_tools_are_offered_with_their_schemas_and_called_through_a_run,
+    arguments_that_violate_the_servers_schema_are_rejected_before_the_server_sees_them,
+    tools_json_declares_servers_with_env_substitution_and_enable_tools,
+    enable_tools_naming_a_tool_the_server_lacks_fails_the_build_naming_it,
+    a_server_lost_mid_call_gives_an_error_result_and_the_next_call_reconnects,
+    a_call_over_the_servers_timeout_is_an_error_result_and_the_agent_keeps_working,
+    a_server_that_cannot_come_back_gives_an_error_result_and_the_agent_keeps_working,
+    an_mcp_tool_denied_by_a_hook_never_reaches_the_server,
+    an_mcp_tool_denied_by_tools_json_is_not_offered_and_never_reaches_the_server,
+    a_subagent_whose_allowlist_omits_an_mcp_tool_cannot_call_it,
+    dropping_the_last_agent_closes_the_servers_session,
+);
+
+async fn a_real_servers_tools_are_offered_with_their_schemas_and_called_through_a_run(
+    server: Server,
+) {
     let model = ScriptedModel::new([
         ScriptedTurn::tool_calls(vec![
             ("mcp__everything__get-sum", json!({"a": 2, "b": 3})),
@@ -108,7 +351,7 @@ async fn a_real_servers_tools_are_offered_with_their_schemas_and_called_through_
         ]),
         ScriptedTurn::text("done"),
     ]);
-    let agent = everything(&model, plain(&script)).await;
+    let agent = everything(&model, server.plain()).await;
     let reply = agent.call(Msg::user("add")).await.unwrap();
     assert_eq!(reply.text(), "done");
 
@@ -142,31 +385,32 @@ async fn a_real_servers_tools_are_offered_with_their_schemas_and_called_through_
     );
 }
 
-#[tokio::test]
-async fn arguments_that_violate_the_servers_schema_are_rejected_before_the_server_sees_them() {
-    let Some(script) = server() else { return };
+async fn arguments_that_violate_the_servers_schema_are_rejected_before_the_server_sees_them(
+    server: Server,
+) {
     let dir = TempDir::new("mcp-schema");
+    let observed = server.observed(&dir.0).await;
     let model = ScriptedModel::new([
         ScriptedTurn::tool_call("mcp__everything__get-sum", json!({"a": "two"})),
         ScriptedTurn::text("ok"),
     ]);
-    let agent = everything(&model, observed(&script, &dir.0)).await;
+    let agent = everything(&model, observed.config()).await;
     agent.call(Msg::user("add")).await.unwrap();
     let r = &results_in_request(&model, 1)[0];
     assert!(r.1, "{r:?}");
-    assert!(!wire(&dir.0).contains("tools/call"), "{}", wire(&dir.0));
+    let wire = observed.wire();
+    assert!(wire.contains("tools/list"), "{wire}");
+    assert!(!wire.contains("tools/call"), "{wire}");
 }
 
-#[tokio::test]
-async fn tools_json_declares_servers_with_env_substitution_and_enable_tools() {
-    let Some(_script) = server() else { return };
+async fn tools_json_declares_servers_with_env_substitution_and_enable_tools(server: Server) {
     let dir = TempDir::new("mcp-ws");
     dir.write(
         "tools.json",
         &format!(
-            r#"{{"mcpServers": {{"ref": {{"transport": "stdio", "command": "node",
-                "args": ["${{{ENV}}}", "stdio"], "timeout_seconds": 20,
-                "enable_tools": ["echo", "get-sum"]}}}}}}"#
+            r#"{{"mcpServers": {{"ref": {{{}, "timeout_seconds": 20,
+                "enable_tools": ["echo", "get-sum"]}}}}}}"#,
+            server.tools_json_entry()
         ),
     );
     let model = ScriptedModel::new([
@@ -185,11 +429,9 @@ async fn tools_json_declares_servers_with_env_substitution_and_enable_tools() {
     assert!(!r.1 && r.2.contains("Echo: from tools.json"), "{r:?}");
 }
 
-#[tokio::test]
-async fn enable_tools_naming_a_tool_the_server_lacks_fails_the_build_naming_it() {
-    let Some(script) = server() else { return };
+async fn enable_tools_naming_a_tool_the_server_lacks_fails_the_build_naming_it(server: Server) {
     let err = builder(&ScriptedModel::new([]))
-        .mcp_server("everything", plain(&script).enable_tools(["nope"]))
+        .mcp_server("everything", server.plain().enable_tools(["nope"]))
         .build_async()
         .await
         .unwrap_err();
@@ -255,10 +497,9 @@ fn declared_servers_fail_the_synchronous_build_pointing_to_build_async() {
     assert!(err.to_string().contains("build_async"), "{err}");
 }
 
-#[tokio::test]
-async fn a_server_killed_mid_call_gives_an_error_result_and_the_next_call_reconnects() {
-    let Some(script) = server() else { return };
+async fn a_server_lost_mid_call_gives_an_error_result_and_the_next_call_reconnects(server: Server) {
     let dir = TempDir::new("mcp-kill");
+    let observed = Arc::new(server.observed(&dir.0).await);
     let model = ScriptedModel::new([
         ScriptedTurn::tool_call(
             "mcp__everything__trigger-long-running-operation",
@@ -267,15 +508,26 @@ async fn a_server_killed_mid_call_gives_an_error_result_and_the_next_call_reconn
         ScriptedTurn::tool_call("mcp__everything__echo", json!({"message": "back"})),
         ScriptedTurn::text("survived"),
     ]);
-    let agent = everything(&model, observed(&script, &dir.0)).await;
-    let first = read_pid(&dir.0);
-    let killer = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        std::process::Command::new("kill")
-            .args(["-9", &first.to_string()])
-            .status()
-            .unwrap();
-    });
+    // Each model turn starts a second late, so a restarting server is back in time.
+    let agent = builder(&model)
+        .hook(
+            FnHook::new("pace", |_| Ok(()))
+                .on(EventKind::PreReasoning)
+                .delay(Duration::from_secs(1)),
+        )
+        .mcp_server("everything", observed.config())
+        .build_async()
+        .await
+        .unwrap();
+    assert_eq!(observed.sessions(), 1);
+    let first = matches!(server, Server::Stdio(_)).then(|| observed.pid());
+    let killer = {
+        let observed = Arc::clone(&observed);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            observed.kill();
+        })
+    };
     let started = Instant::now();
     let reply = agent
         .call_with(vec![Msg::user("go")], session("kill"))
@@ -283,8 +535,9 @@ async fn a_server_killed_mid_call_gives_an_error_result_and_the_next_call_reconn
         .unwrap();
     killer.await.unwrap();
     assert_eq!(reply.text(), "survived");
-    assert!(started.elapsed() < Duration::from_secs(20));
     let killed = &results_in_request(&model, 1)[0];
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(20), "took {took:?}: {killed:?}");
     assert!(killed.1, "{killed:?}");
     assert!(
         killed.2.contains("`everything`") && killed.2.contains("trigger-long-running-operation"),
@@ -292,13 +545,16 @@ async fn a_server_killed_mid_call_gives_an_error_result_and_the_next_call_reconn
     );
     let again = &results_in_request(&model, 2)[1];
     assert!(!again.1 && again.2.contains("Echo: back"), "{again:?}");
-    assert_ne!(read_pid(&dir.0), first, "a new server process was started");
+    assert_eq!(observed.sessions(), 2, "a new session was opened");
+    if let Some(first) = first {
+        assert_ne!(observed.pid(), first, "a new server process was started");
+    }
     assert_memory_valid(&agent.messages(&key("kill")).await);
 }
 
-#[tokio::test]
-async fn a_call_over_the_servers_timeout_is_an_error_result_and_the_agent_keeps_working() {
-    let Some(script) = server() else { return };
+async fn a_call_over_the_servers_timeout_is_an_error_result_and_the_agent_keeps_working(
+    server: Server,
+) {
     let model = ScriptedModel::new([
         ScriptedTurn::tool_call(
             "mcp__everything__trigger-long-running-operation",
@@ -307,7 +563,7 @@ async fn a_call_over_the_servers_timeout_is_an_error_result_and_the_agent_keeps_
         ScriptedTurn::tool_call("mcp__everything__echo", json!({"message": "still here"})),
         ScriptedTurn::text("done"),
     ]);
-    let agent = everything(&model, plain(&script).timeout(Duration::from_secs(1))).await;
+    let agent = everything(&model, server.plain().timeout(Duration::from_secs(1))).await;
     agent.call(Msg::user("go")).await.unwrap();
     let slow = &results_in_request(&model, 1)[0];
     assert!(slow.1 && slow.2.contains("timed out"), "{slow:?}");
@@ -316,31 +572,22 @@ async fn a_call_over_the_servers_timeout_is_an_error_result_and_the_agent_keeps_
     assert!(!next.1 && next.2.contains("Echo: still here"), "{next:?}");
 }
 
-#[tokio::test]
-async fn a_server_that_cannot_restart_gives_an_error_result_and_the_agent_keeps_working() {
-    let Some(script) = server() else { return };
+async fn a_server_that_cannot_come_back_gives_an_error_result_and_the_agent_keeps_working(
+    server: Server,
+) {
     let dir = TempDir::new("mcp-restart");
-    let flag = dir.0.join("broken");
-    // Starts the server the first time; once `broken` exists, exits at once.
-    let config = McpServerConfig::stdio("sh").args([
-        "-c".to_owned(),
-        r#"[ -e "$1" ] && exit 3; echo $$ > "$2"; exec node "$3" stdio"#.to_owned(),
-        "sh".to_owned(),
-        flag.display().to_string(),
-        dir.0.join("pid").display().to_string(),
-        script.clone(),
-    ]);
+    let observed = server.observed(&dir.0).await;
     let model = ScriptedModel::new([
         ScriptedTurn::tool_call("mcp__everything__echo", json!({"message": "one"})),
         ScriptedTurn::tool_call("mcp__everything__echo", json!({"message": "two"})),
         ScriptedTurn::text("carried on"),
     ]);
-    let agent = everything(&model, config.connect_timeout(Duration::from_secs(5))).await;
-    std::fs::write(&flag, "").unwrap();
-    std::process::Command::new("kill")
-        .args(["-9", &read_pid(&dir.0).to_string()])
-        .status()
-        .unwrap();
+    let agent = everything(
+        &model,
+        observed.config().connect_timeout(Duration::from_secs(5)),
+    )
+    .await;
+    observed.break_for_good();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let reply = agent.call(Msg::user("go")).await.unwrap();
     assert_eq!(reply.text(), "carried on");
@@ -354,10 +601,9 @@ async fn a_server_that_cannot_restart_gives_an_error_result_and_the_agent_keeps_
     }
 }
 
-#[tokio::test]
-async fn an_mcp_tool_denied_by_a_hook_never_reaches_the_server() {
-    let Some(script) = server() else { return };
+async fn an_mcp_tool_denied_by_a_hook_never_reaches_the_server(server: Server) {
     let dir = TempDir::new("mcp-hook");
+    let observed = server.observed(&dir.0).await;
     let guard = FnHook::new("guard", |event| {
         if let HookEvent::PreActing(e) = event
             && e.tool_use().name.starts_with("mcp__")
@@ -373,22 +619,23 @@ async fn an_mcp_tool_denied_by_a_hook_never_reaches_the_server() {
     ]);
     let agent = builder(&model)
         .hook(guard)
-        .mcp_server("everything", observed(&script, &dir.0))
+        .mcp_server("everything", observed.config())
         .build_async()
         .await
         .unwrap();
     agent.call(Msg::user("go")).await.unwrap();
     let r = &results_in_request(&model, 1)[0];
     assert!(r.1 && r.2.contains("approval"), "{r:?}");
-    let sent = wire(&dir.0);
+    let sent = observed.wire();
     assert!(sent.contains("tools/list"), "{sent}");
     assert!(!sent.contains("tools/call"), "{sent}");
 }
 
-#[tokio::test]
-async fn an_mcp_tool_denied_by_tools_json_is_not_offered_and_never_reaches_the_server() {
-    let Some(script) = server() else { return };
+async fn an_mcp_tool_denied_by_tools_json_is_not_offered_and_never_reaches_the_server(
+    server: Server,
+) {
     let dir = TempDir::new("mcp-deny");
+    let observed = server.observed(&dir.0).await;
     dir.write("tools.json", r#"{"deny": ["mcp__everything__echo"]}"#);
     let model = ScriptedModel::new([
         ScriptedTurn::tool_call("mcp__everything__echo", json!({"message": "x"})),
@@ -396,7 +643,7 @@ async fn an_mcp_tool_denied_by_tools_json_is_not_offered_and_never_reaches_the_s
     ]);
     let agent = builder(&model)
         .workspace(&dir.0)
-        .mcp_server("everything", observed(&script, &dir.0))
+        .mcp_server("everything", observed.config())
         .build_async()
         .await
         .unwrap();
@@ -411,13 +658,12 @@ async fn an_mcp_tool_denied_by_tools_json_is_not_offered_and_never_reaches_the_s
         "{names:?}"
     );
     assert!(results_in_request(&model, 1)[0].1);
-    assert!(!wire(&dir.0).contains("tools/call"));
+    assert!(!observed.wire().contains("tools/call"));
 }
 
-#[tokio::test]
-async fn a_subagent_whose_allowlist_omits_an_mcp_tool_cannot_call_it() {
-    let Some(script) = server() else { return };
+async fn a_subagent_whose_allowlist_omits_an_mcp_tool_cannot_call_it(server: Server) {
     let dir = TempDir::new("mcp-child");
+    let observed = server.observed(&dir.0).await;
     let log = Log::default();
     let model = ScriptedModel::new([
         ScriptedTurn::tool_call(SPAWN_TOOL, json!({"agent_id": "narrow", "task": "t"})),
@@ -444,7 +690,7 @@ async fn a_subagent_whose_allowlist_omits_an_mcp_tool_cannot_call_it() {
                 .build()
                 .unwrap(),
         )
-        .mcp_server("everything", observed(&script, &dir.0))
+        .mcp_server("everything", observed.config())
         .build_async()
         .await
         .unwrap();
@@ -457,28 +703,32 @@ async fn a_subagent_whose_allowlist_omits_an_mcp_tool_cannot_call_it() {
     assert_eq!(wide, ["mcp__everything__echo"]);
     let r = &results_in_request(&model, 5)[0];
     assert!(!r.1 && r.2.contains("Echo: via child"), "{r:?}");
-    assert_eq!(wire(&dir.0).matches("tools/call").count(), 1);
+    assert_eq!(observed.wire().matches("tools/call").count(), 1);
 }
 
-#[tokio::test]
-async fn dropping_the_last_agent_stops_the_stdio_servers_process() {
-    let Some(script) = server() else { return };
+/// Dropping the last agent ends the server's session: a stdio server's process exits;
+/// an HTTP server is sent the session's `DELETE`.
+async fn dropping_the_last_agent_closes_the_servers_session(server: Server) {
     let dir = TempDir::new("mcp-drop");
+    let observed = server.observed(&dir.0).await;
     let model = ScriptedModel::new([
         ScriptedTurn::tool_call("mcp__everything__echo", json!({"message": "x"})),
         ScriptedTurn::text("ok"),
     ]);
-    let agent = everything(&model, observed(&script, &dir.0)).await;
+    let agent = everything(&model, observed.config()).await;
     let clone = agent.clone();
     agent.call(Msg::user("go")).await.unwrap();
-    let pid = read_pid(&dir.0);
+    let closed = || match server {
+        Server::Stdio(_) => !alive(observed.pid()),
+        Server::Http(_) => observed.wire().contains("DELETE "),
+    };
     drop(agent);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(alive(pid), "a clone still uses the server");
+    assert!(!closed(), "a clone still uses the server");
     drop(clone);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while alive(pid) && Instant::now() < deadline {
+    while !closed() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(!alive(pid), "server process {pid} still running");
+    assert!(closed(), "the session is still open: {}", observed.wire());
 }

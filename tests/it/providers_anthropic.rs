@@ -83,7 +83,6 @@ async fn the_request_body_maps_system_messages_tools_and_options_exactly() {
     let mut options = GenerateOptions {
         top_p: Some(0.9),
         top_k: Some(40),
-        reasoning_effort: Some("medium".into()),
         seed: Some(7),
         stop: Some(vec!["END".into()]),
         frequency_penalty: Some(0.1),
@@ -118,8 +117,7 @@ async fn the_request_body_maps_system_messages_tools_and_options_exactly() {
     let expected = json!({
         "model": "claude-test",
         "stream": true,
-        "max_tokens": 8192,
-        "thinking": {"type": "enabled", "budget_tokens": 4096},
+        "max_tokens": 4096,
         "system": "Be brief.\n\nAnswer in English.",
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "What is 1+2 and 3+4?"}]},
@@ -170,10 +168,10 @@ async fn max_tokens_defaults_to_the_builders_value_since_the_api_requires_it() {
     assert!(body.get("thinking").is_none());
     assert!(body.get("system").is_none());
     let mut request = ask("hi");
-    request.options.max_tokens = Some(50);
+    request.options.max_tokens = Some(5000);
     request.options.reasoning_effort = Some("2048".into());
     let body = m.request_body(&request).unwrap();
-    assert_eq!(body["max_tokens"], 50);
+    assert_eq!(body["max_tokens"], 5000);
     assert_eq!(body["thinking"]["budget_tokens"], 2048);
     request.options.reasoning_effort = Some("none".into());
     assert!(m.request_body(&request).unwrap().get("thinking").is_none());

@@ -32,13 +32,15 @@ fn usage_chunk(prompt: u64, completion: u64) -> String {
 const DONE: &str = "data: [DONE]\n\n";
 
 fn model(server: &MockServer) -> OpenAiChatModel {
+    builder(server).build().unwrap()
+}
+
+fn builder(server: &MockServer) -> OpenAiChatModelBuilder {
     OpenAiChatModel::builder()
         .base_url(format!("{}/v1", server.url))
         .api_key("sk-test")
         .model("gpt-4o")
         .http(fast_http(1))
-        .build()
-        .unwrap()
 }
 
 #[tokio::test]
@@ -75,7 +77,11 @@ async fn the_request_body_maps_messages_tools_and_options_exactly() {
         tools: vec![add_schema_tool()],
         options,
     };
-    let m = model(&server);
+    // Every option as given: the capability rules are tested in providers_capabilities.rs.
+    let m = builder(&server)
+        .capabilities(ModelCapabilities::PERMISSIVE)
+        .build()
+        .unwrap();
     assert_eq!(text_of(&stream_ok(&m, request.clone()).await), "ok");
     let expected = json!({
         "model": "gpt-4o",
@@ -112,7 +118,7 @@ async fn the_request_body_maps_messages_tools_and_options_exactly() {
     });
     let sent = &server.requests()[0];
     assert_eq!(sent.body, expected);
-    assert_eq!(m.request_body(&request), expected);
+    assert_eq!(m.request_body(&request).unwrap(), expected);
     assert_eq!(sent.path, "/v1/chat/completions");
     assert_eq!(sent.headers["authorization"], "Bearer sk-test");
     assert_eq!(sent.headers["x-team"], "core");
@@ -130,7 +136,7 @@ async fn tool_options_are_left_out_without_tools_and_the_model_can_be_overridden
         parallel_tool_calls: Some(false),
         ..Default::default()
     };
-    let body = m.request_body(&request);
+    let body = m.request_body(&request).unwrap();
     assert_eq!(body["model"], "gpt-4o-mini");
     assert!(body.get("tools").is_none());
     assert!(body.get("tool_choice").is_none());
@@ -148,7 +154,7 @@ async fn max_tokens_is_sent_as_max_completion_tokens_when_the_builder_asks() {
         .unwrap();
     let mut request = ask("hi");
     request.options.max_tokens = Some(99);
-    let body = m.request_body(&request);
+    let body = m.request_body(&request).unwrap();
     assert_eq!(body["max_completion_tokens"], 99);
     assert!(body.get("max_tokens").is_none());
     assert_eq!(m.url(), "https://api.openai.com/v1/chat/completions");
