@@ -104,7 +104,7 @@ async fn the_openai_re_ask_body_ends_with_the_user_correction_after_the_withdraw
         .model("gpt-4o-mini")
         .build()
         .unwrap();
-    let body = m.request_body(&model.requests()[1]);
+    let body = m.request_body(&model.requests()[1]).unwrap();
     let messages = body["messages"].as_array().unwrap();
     let n = messages.len();
     assert_eq!(messages[0]["role"], "system");
