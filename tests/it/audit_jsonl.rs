@@ -1,6 +1,6 @@
 //! The JSONL audit sink against hostile file systems: a pipe nobody reads, a target that
 //! fails part-way and recovers, a torn last line left by a crash, and SIGKILL at random
-//! moments (the child is this test binary re-executed, as in `crash.rs`).
+//! moments (the child is the `rein-audit-crash-child` binary, as in `crash.rs`).
 
 use std::io::Write;
 use std::process::Command;
@@ -14,8 +14,12 @@ use rein::hooks::{
 };
 use rein::*;
 
-use crate::crash::{XorShift, run_child_until_killed};
+use crate::crash::{XorShift, run_until_killed};
 use crate::support::*;
+
+#[path = "../bin/audit_crash_shared.rs"]
+mod audit_crash_shared;
+use audit_crash_shared::record_line;
 
 fn hook(sink: JsonlAuditSink, capacity: usize, on_full: QueueFull) -> Arc<AuditHook> {
     Arc::new(AuditHook::new(
@@ -273,14 +277,8 @@ async fn a_batch_on_a_file_writes_one_line_per_record_in_order_under_every_polic
     }
 }
 
-fn record_line(seq: u64) -> String {
-    format!(
-        r#"{{"type":"final-answer","ts_ms":{seq},"agent":"a","agent_id":"a1","depth":0,"session_id":"s","run_id":"r{seq}","answer":"record {seq}"}}"#
-    )
-}
-
 fn record(seq: u64) -> AuditRecord {
-    serde_json::from_str(&record_line(seq)).unwrap()
+    audit_crash_shared::record(seq).unwrap()
 }
 
 #[tokio::test]
@@ -316,43 +314,8 @@ async fn a_torn_last_line_is_kept_apart_and_never_merged_with_the_next_record() 
     assert!(text.ends_with(&format!("{}\n", record_line(5))));
 }
 
-const CHILD_ENV: &str = "REIN_AUDIT_CRASH_FILE";
-
-/// Runs only as the audit crash test's child: appends records with `EveryRecord`
-/// durability, numbering on from the file's last complete record, in batches of 1 to 7
-/// records ([`AuditSink::write_batch`]: one write and one sync each), printing
-/// `ack <seq>` for each record once its batch resolved.
-#[test]
-#[ignore = "the child process of the audit crash test; does nothing without REIN_AUDIT_CRASH_FILE"]
-fn audit_crash_child_entry_point_writes_records_until_killed() {
-    let Ok(path) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
-    let last = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<AuditRecord>(l).ok())
-        .map(|r| r.ts_ms)
-        .max()
-        .unwrap_or(0);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let sink = JsonlAuditSink::open_with(&path, Durability::EveryRecord).unwrap();
-    let mut out = std::io::stdout().lock();
-    let mut seq = last + 1;
-    loop {
-        let batch: Vec<u64> = (seq..seq + 1 + seq % 7).collect();
-        seq += batch.len() as u64;
-        let results = rt.block_on(sink.write_batch(batch.iter().map(|&n| record(n)).collect()));
-        assert_eq!(results.len(), batch.len());
-        for (n, result) in batch.iter().zip(results) {
-            result.unwrap();
-            writeln!(out, "ack {n}").unwrap();
-        }
-        out.flush().unwrap();
-    }
-}
+/// The child process: `tests/bin/audit_crash_child.rs`.
+const CHILD: &str = env!("CARGO_BIN_EXE_rein-audit-crash-child");
 
 #[test]
 fn sigkill_at_random_moments_loses_no_acknowledged_record_and_merges_no_lines() {
@@ -370,11 +333,9 @@ fn sigkill_at_random_moments_loses_no_acknowledged_record_and_merges_no_lines() 
     let mut acked = Vec::new();
     let started = Instant::now();
     for round in 0..rounds {
-        let out = run_child_until_killed(
-            "audit_jsonl::audit_crash_child_entry_point_writes_records_until_killed",
-            (CHILD_ENV, path.as_os_str()),
-            Duration::from_millis(30 + rng.below(120)),
-        );
+        let mut child = Command::new(CHILD);
+        child.arg(&path);
+        let out = run_until_killed(child, Duration::from_millis(30 + rng.below(120)));
         acked.extend(
             out.lines()
                 .filter_map(|l| l.find("ack ").map(|at| l[at + 4..].parse::<u64>().unwrap())),

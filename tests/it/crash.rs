@@ -65,26 +65,6 @@ pub fn run_until_killed(mut command: Command, after: Duration) -> String {
     out
 }
 
-/// Runs the ignored test `test` of this binary as a child with `env` set (the audit
-/// crash test's child), kills it with SIGKILL after `after` and returns what it printed.
-pub fn run_child_until_killed(
-    test: &str,
-    env: (&str, &std::ffi::OsStr),
-    after: Duration,
-) -> String {
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command
-        .args([
-            "--exact",
-            test,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(env.0, env.1);
-    run_until_killed(command, after)
-}
-
 #[test]
 fn sigkill_at_random_moments_never_leaves_a_torn_session_file() {
     let rounds: usize = std::env::var("REIN_CRASH_ROUNDS")
