@@ -313,22 +313,15 @@ impl SyncHook for SelfCorrectionHook {
         match event {
             HookEvent::PreCall(e) => {
                 let fresh = CorrectionRun::default();
-                drop(RunStates::reset(e.context(), self.id, &e.agent().id, fresh));
+                // The previous run's state (if any) is discarded.
+                let _ = RunStates::reset(e.context(), self.id, &e.agent().id, fresh);
             }
             HookEvent::PostReasoning(e) => self.post_reasoning(e),
             HookEvent::PostCall(e) => {
-                drop(RunStates::<CorrectionRun>::take(
-                    e.context(),
-                    self.id,
-                    &e.agent().id,
-                ));
+                let _ = RunStates::<CorrectionRun>::take(e.context(), self.id, &e.agent().id);
             }
             HookEvent::Error(e) => {
-                drop(RunStates::<CorrectionRun>::take(
-                    e.context(),
-                    self.id,
-                    &e.agent().id,
-                ));
+                let _ = RunStates::<CorrectionRun>::take(e.context(), self.id, &e.agent().id);
             }
             _ => {}
         }
