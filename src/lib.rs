@@ -111,7 +111,7 @@ mod util;
 pub use agent::{
     Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions,
     FileSessionStore, InMemorySessionStore, RunContext, SessionKey, SessionStore, StopReason,
-    StoreError, StoreErrorKind, StoredSession, StreamRelease,
+    StoreError, StoreErrorKind, StoredSession, StreamRelease, TypedOutcome,
 };
 pub use error::{BuildError, BuildErrorKind, Error, ErrorKind, HookFailureKind};
 pub use hook::RegistrationGuard;
@@ -128,7 +128,7 @@ pub use message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
 pub use model::{AnthropicModel, AnthropicModelBuilder};
 pub use model::{
     FinishReason, GenerateOptions, Model, ModelChunk, ModelError, ModelErrorKind, ModelRequest,
-    ModelStream, ScriptedModel, ScriptedTurn, ToolChoice, Usage,
+    ModelStream, ResponseFormat, ScriptedModel, ScriptedTurn, ToolChoice, Usage,
 };
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub use model::{HttpConfig, ModelCapabilities, RetryPolicy};

@@ -52,6 +52,7 @@ mod model_turn;
 mod run;
 mod store;
 mod stream;
+mod typed;
 
 pub use builder::AgentBuilder;
 pub use delegation::ModelResolver;
@@ -68,6 +69,7 @@ pub use memory::SessionKey;
 pub(crate) use store::next_version;
 pub use store::{InMemorySessionStore, SessionStore, StoreError, StoreErrorKind, StoredSession};
 pub use stream::{AgentEvent, AgentStream, StreamRelease};
+pub use typed::{OUTPUT_REASKS, TypedOutcome};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -226,7 +228,7 @@ impl Agent {
     /// session store failure. Tool failures are not errors. The `Error` event fires
     /// before the error is returned, and memory stays valid.
     pub async fn run(&self, msgs: Vec<Msg>, ctx: RunContext) -> Result<CallOutcome, Error> {
-        self.inner.run_call(msgs, ctx, None).await
+        self.inner.run_call(msgs, ctx, None, None).await
     }
 
     /// Runs a call and streams what happens: text and thinking deltas, tool calls,
@@ -235,7 +237,7 @@ impl Agent {
     pub fn stream(&self, msgs: Vec<Msg>, ctx: RunContext) -> AgentStream {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let inner = Arc::clone(&self.inner);
-        let call = async move { inner.run_call(msgs, ctx, Some(tx)).await }.boxed();
+        let call = async move { inner.run_call(msgs, ctx, Some(tx), None).await }.boxed();
         AgentStream::new(call, rx)
     }
 
@@ -246,7 +248,7 @@ impl Agent {
         ctx: RunContext,
         sink: Option<UnboundedSender<AgentEvent>>,
     ) -> Result<CallOutcome, Error> {
-        self.inner.run_call(msgs, ctx, sink).await
+        self.inner.run_call(msgs, ctx, sink, None).await
     }
 
     /// The ids of the subagents this agent can delegate to now (code declarations,

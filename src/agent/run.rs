@@ -17,7 +17,7 @@ use crate::hook::{
     PostSummaryEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent,
 };
 use crate::message::{ContentBlock, Msg, Role, ToolResult, ToolUse};
-use crate::model::{Messages, ModelRequest, Usage};
+use crate::model::{Messages, ModelRequest, ResponseFormat, Usage};
 use tracing::Instrument;
 use tracing::field::Empty;
 
@@ -64,6 +64,10 @@ pub(super) struct Call<'a> {
     /// Withdrawn turns and their corrections ([`PostReasoningEvent::retract_and_redo`]):
     /// sent after the conversation until a turn is accepted, never stored.
     retracted: Vec<Msg>,
+    /// The call's structured-output format ([`Agent::call_typed`](crate::Agent::call_typed)),
+    /// put into every reasoning and summary request's options before `PreReasoning` /
+    /// `PreSummary`.
+    format: Option<&'a ResponseFormat>,
 }
 
 impl AgentInner {
@@ -73,6 +77,7 @@ impl AgentInner {
         input: Vec<Msg>,
         ctx: RunContext,
         sink: Option<Sink>,
+        format: Option<&ResponseFormat>,
     ) -> Result<CallOutcome, Error> {
         // Held until the call ends (or its future is dropped).
         let (ctx, _active) = ctx.begin_run();
@@ -99,7 +104,7 @@ impl AgentInner {
             }
         }
         let result = self
-            .run_call_in_span(input, ctx, sink)
+            .run_call_in_span(input, ctx, sink, format)
             .instrument(span.clone())
             .await;
         match &result {
@@ -126,6 +131,7 @@ impl AgentInner {
         input: Vec<Msg>,
         ctx: RunContext,
         sink: Option<Sink>,
+        format: Option<&ResponseFormat>,
     ) -> Result<CallOutcome, Error> {
         let mode = TrailMode::decide(self.trail, self.record_content);
         let key = SessionKey::new(ctx.user_id(), ctx.session_id());
@@ -161,6 +167,7 @@ impl AgentInner {
             model_calls: 0,
             trail: Mutex::new(Vec::new()),
             retracted: Vec::new(),
+            format,
         };
         let result = call.run(&mut memory, input).await;
         let result = match result {
@@ -417,6 +424,9 @@ impl Call<'_> {
         let mut messages =
             Messages::from_parts(self.system.clone(), memory.shared(), self.retracted.clone());
         let mut options = agent.options.clone();
+        if let Some(format) = self.format {
+            options.response_format = Some(format.clone());
+        }
         if self.wants(EventKind::PreReasoning) {
             let e = self
                 .fire(PreReasoningEvent {
@@ -524,6 +534,9 @@ impl Call<'_> {
             vec![Msg::user(SUMMARY_INSTRUCTION).synthetic()],
         );
         let mut options = agent.options.clone();
+        if let Some(format) = self.format {
+            options.response_format = Some(format.clone());
+        }
         if self.wants(EventKind::PreSummary) {
             let e = self
                 .fire(PreSummaryEvent {

@@ -27,6 +27,12 @@ pub enum ErrorKind {
     /// An invariant of the runtime itself broke: a bug in rein, never the caller's
     /// input. The message says which invariant.
     Internal,
+    /// A structured call ([`Agent::call_typed`](crate::Agent::call_typed)) got no
+    /// answer of the requested shape: the answer still failed the schema (or did not
+    /// deserialize) after the bounded re-asks, the call stopped before answering (a
+    /// hook's stop, a call waiting for a human), or the format could not be made from
+    /// the type. The message says which, with the schema violation and its path.
+    Output,
 }
 
 /// How a hook failed.
@@ -143,6 +149,11 @@ impl Error {
 
     pub(crate) fn invalid_input(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidInput, message.into())
+    }
+
+    /// No answer of the requested shape (see [`ErrorKind::Output`]).
+    pub(crate) fn output(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Output, message.into())
     }
 
     /// A broken runtime invariant (a rein bug), never blamed on the caller.

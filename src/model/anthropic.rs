@@ -65,7 +65,10 @@ const DEFAULT_MAX_TOKENS: u32 = 4096;
 ///   not set, `max_tokens` is the default plus the budget. `seed`,
 ///   `frequency_penalty` and `presence_penalty` have no Anthropic equivalent and are
 ///   not sent. `extra_body` fields are added last and override any of the above;
-///   `extra_headers` are sent as HTTP headers.
+///   `extra_headers` are sent as HTTP headers. A `response_format` is sent as one
+///   more tool of its name with its schema, forced (`tool_choice: tool`) when no other
+///   tool is offered and thinking is off; that tool's call comes back as the turn's
+///   text (see [`ResponseFormat`](crate::model::ResponseFormat)).
 /// - [`ModelCapabilities`] (from [`ModelCapabilities::anthropic`] by the effective model
 ///   name, or [`AnthropicModelBuilder::capabilities`]) and the API's extended-thinking
 ///   rules decide what is sent: `reasoning_effort` only to models with extended
@@ -173,20 +176,38 @@ impl AnthropicModel {
                 json!({"type": "enabled", "budget_tokens": budget}),
             );
         }
-        if !request.tools.is_empty() {
-            let tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|t| {
-                    json!({"name": t.name, "description": t.description, "input_schema": t.parameters})
-                })
-                .collect();
+        let mut tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"name": t.name, "description": t.description, "input_schema": t.parameters})
+            })
+            .collect();
+        let mut choice = tool_choice(o.tool_choice.as_ref(), o.parallel_tool_calls);
+        if let Some(f) = &o.response_format {
+            if request.tools.iter().any(|t| t.name == f.name) {
+                return Err(ModelError::new(
+                    ModelErrorKind::BadRequest,
+                    format!(
+                        "response format `{}` has the name of a tool; Anthropic receives the \
+                     format as a tool of that name: rename the format",
+                        f.name
+                    ),
+                ));
+            }
+            tools.push(json!({
+                "name": f.name,
+                "description": OUTPUT_TOOL_DESCRIPTION,
+                "input_schema": f.schema,
+            }));
+            // Forced only where nothing else could be called and the API allows it.
+            if request.tools.is_empty() && budget.is_none() && choice.is_none() {
+                choice = Some(json!({"type": "tool", "name": f.name}));
+            }
+        }
+        if !tools.is_empty() {
             body.insert("tools".into(), tools.into());
-            put(
-                &mut body,
-                "tool_choice",
-                tool_choice(o.tool_choice.as_ref(), o.parallel_tool_calls),
-            );
+            put(&mut body, "tool_choice", choice);
         }
         put(&mut body, "temperature", o.temperature);
         put(&mut body, "top_p", o.top_p);
@@ -274,10 +295,15 @@ impl Model for AnthropicModel {
         self.transport.stream(
             self.request_body(&request),
             &request.options.extra_headers,
-            AnthropicDecoder::default(),
+            AnthropicDecoder::for_request(&request),
         )
     }
 }
+
+/// The description of the tool that carries a [`ResponseFormat`](super::ResponseFormat)
+/// on this wire.
+const OUTPUT_TOOL_DESCRIPTION: &str = "Give your final answer by calling this tool: its input \
+     is the answer. Call it once, after any other tools you need.";
 
 /// The smallest thinking budget the API accepts.
 const MIN_THINKING_BUDGET: u32 = 1024;
@@ -483,6 +509,27 @@ fn input_tokens(usage: &Value) -> u64 {
 pub(crate) struct AnthropicDecoder {
     /// Input tokens from `message_start`.
     input_tokens: u64,
+    /// The name of the tool that carries the request's response format: its calls
+    /// come out as text.
+    output_tool: Option<String>,
+    /// The block index of the output tool's call in this turn.
+    output_block: Option<usize>,
+    /// Whether the turn called a tool other than the output tool.
+    other_tools: bool,
+}
+
+impl AnthropicDecoder {
+    /// A decoder for `request`'s stream (knows the response format's tool).
+    fn for_request(request: &ModelRequest) -> Self {
+        Self {
+            output_tool: request
+                .options
+                .response_format
+                .as_ref()
+                .map(|f| f.name.clone()),
+            ..Self::default()
+        }
+    }
 }
 
 impl Decoder for AnthropicDecoder {
@@ -541,6 +588,17 @@ impl Decoder for AnthropicDecoder {
                             }
                             _ => String::new(),
                         };
+                        if self.output_tool.is_some()
+                            && str_field(block, "name") == self.output_tool.as_deref()
+                        {
+                            // The structured answer: its input is the turn's text.
+                            self.output_block = Some(index);
+                            if !arguments.is_empty() {
+                                out.push_back(ModelChunk::Text(arguments));
+                            }
+                            return Ok(Flow::More);
+                        }
+                        self.other_tools = true;
                         out.push_back(ModelChunk::ToolCall {
                             index,
                             id: str_field(block, "id").map(str::to_owned),
@@ -559,6 +617,9 @@ impl Decoder for AnthropicDecoder {
                     Some("text_delta") => text("text").map(ModelChunk::Text),
                     Some("thinking_delta") => text("thinking").map(ModelChunk::Thinking),
                     Some("signature_delta") => text("signature").map(ModelChunk::ThinkingSignature),
+                    Some("input_json_delta") if self.output_block == Some(index) => {
+                        text("partial_json").map(ModelChunk::Text)
+                    }
                     Some("input_json_delta") => {
                         text("partial_json").map(|arguments| ModelChunk::ToolCall {
                             index,
@@ -576,6 +637,10 @@ impl Decoder for AnthropicDecoder {
                 if let Some(reason) = str_field(delta, "stop_reason") {
                     out.push_back(ModelChunk::Finish(match reason {
                         "end_turn" | "stop_sequence" => FinishReason::Stop,
+                        // Only the output tool was called: the answer is complete.
+                        "tool_use" if self.output_block.is_some() && !self.other_tools => {
+                            FinishReason::Stop
+                        }
                         "tool_use" => FinishReason::ToolCalls,
                         "max_tokens" => FinishReason::Length,
                         "refusal" => FinishReason::ContentFilter,

@@ -22,6 +22,7 @@ pub(crate) mod accumulate;
 mod anthropic;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod capabilities;
+mod format;
 mod messages;
 #[cfg(feature = "openai")]
 mod openai;
@@ -38,6 +39,7 @@ pub mod transport;
 pub use anthropic::{AnthropicModel, AnthropicModelBuilder};
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub use capabilities::ModelCapabilities;
+pub use format::ResponseFormat;
 pub use messages::Messages;
 #[cfg(feature = "openai")]
 pub use openai::{OpenAiChatModel, OpenAiChatModelBuilder};
@@ -161,6 +163,13 @@ pub struct GenerateOptions {
     /// Whether the model may request several tool calls in one turn.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
+    /// The shape the final answer must have (structured output; see
+    /// [`ResponseFormat`]). Default `None`: free text. [`Agent::call_typed`] sets it for
+    /// its call; a `PreReasoning` hook sees it and may change or clear it.
+    ///
+    /// [`Agent::call_typed`]: crate::Agent::call_typed
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<ResponseFormat>,
     /// Extra HTTP headers for providers that send requests over HTTP.
     #[serde(skip_serializing_if = "IndexMap::is_empty")]
     pub extra_headers: IndexMap<String, String>,
@@ -206,6 +215,7 @@ impl GenerateOptions {
             presence_penalty: pick(&primary.presence_penalty, &fallback.presence_penalty),
             tool_choice: pick(&primary.tool_choice, &fallback.tool_choice),
             parallel_tool_calls: pick(&primary.parallel_tool_calls, &fallback.parallel_tool_calls),
+            response_format: pick(&primary.response_format, &fallback.response_format),
             extra_headers,
             extra_body,
         }

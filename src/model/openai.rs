@@ -52,7 +52,8 @@ const DEFAULT_MODEL: &str = "gpt-4o-mini";
 ///   [`OpenAiChatModelBuilder::max_completion_tokens`]), `seed`, `stop`,
 ///   `frequency_penalty`, `presence_penalty`, `reasoning_effort`; `tool_choice` and
 ///   `parallel_tool_calls` only when tools are offered (OpenAI rejects them
-///   otherwise). `extra_body` fields are added last and override any of the above;
+///   otherwise); `response_format` as `{"type": "json_schema", "json_schema": {name,
+///   schema, strict}}`. `extra_body` fields are added last and override any of the above;
 ///   `extra_headers` are sent as HTTP headers.
 /// - [`ModelCapabilities`] (from [`ModelCapabilities::openai`] by the effective model
 ///   name, or [`OpenAiChatModelBuilder::capabilities`]) decide what a model is sent:
@@ -160,6 +161,13 @@ impl OpenAiChatModel {
                 o.tool_choice.as_ref().map(tool_choice),
             );
             put(&mut body, "parallel_tool_calls", o.parallel_tool_calls);
+        }
+        if let Some(f) = &o.response_format {
+            body.insert(
+                "response_format".into(),
+                json!({"type": "json_schema", "json_schema": {
+                    "name": f.name, "schema": f.schema, "strict": f.strict}}),
+            );
         }
         put(&mut body, "temperature", o.temperature);
         put(&mut body, "top_p", o.top_p);

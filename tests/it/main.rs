@@ -68,6 +68,7 @@ mod store_postgres;
 #[cfg(feature = "redis")]
 mod store_redis;
 mod streaming;
+mod structured_output;
 mod subagent_hardening;
 mod subagent_properties;
 mod subagent_small_models;

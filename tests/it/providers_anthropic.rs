@@ -466,3 +466,69 @@ async fn debug_output_never_shows_the_api_key() {
     assert!(!format!("{builder:?}").contains("sk-ant-secret"));
     assert!(!format!("{:?}", builder.build().unwrap()).contains("sk-ant-secret"));
 }
+
+/// The answer of a structured call on this wire: the model calls the format's tool, its
+/// input streamed as `input_json_delta`, and stops with `tool_use`.
+fn structured_answer(name: &str, pieces: &[&str]) -> Vec<String> {
+    let mut events = vec![
+        message_start(50),
+        block_start(
+            0,
+            json!({"type": "tool_use", "id": "toolu_01S", "name": name, "input": {}}),
+        ),
+    ];
+    events.extend(
+        pieces
+            .iter()
+            .map(|p| delta(0, json!({"type": "input_json_delta", "partial_json": p}))),
+    );
+    events.extend([block_stop(0), message_delta("tool_use", 20), message_stop()]);
+    events
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+struct Verdict {
+    approve: bool,
+    reason: String,
+}
+
+#[tokio::test]
+async fn a_structured_answer_given_as_the_format_tool_arrives_as_text_and_deserializes() {
+    let server = MockServer::start([Reply::sse(&structured_answer(
+        "Verdict",
+        &["{\"approve\": fal", "se, \"reason\": \"over the cap\"}"],
+    ))])
+    .await;
+    let agent = Agent::builder()
+        .name("judge")
+        .model(model(&server))
+        .build()
+        .unwrap();
+    let typed = agent
+        .run_typed::<Verdict>(vec![Msg::user("refund 5000?")], RunContext::new())
+        .await
+        .unwrap();
+    assert!(!typed.value.approve);
+    assert_eq!(typed.value.reason, "over the cap");
+    assert!(
+        typed.outcome.reply.tool_uses().is_empty(),
+        "the format tool's call is the answer's text, never a tool call"
+    );
+    assert_eq!(typed.outcome.reason, StopReason::Final);
+    let body = &server.bodies()[0];
+    assert_eq!(
+        body["tool_choice"],
+        json!({"type": "tool", "name": "Verdict"})
+    );
+}
+
+#[tokio::test]
+async fn without_a_response_format_a_tool_named_like_one_stays_a_tool_call() {
+    let chunks = replay(model, &structured_answer("Verdict", &["{}"])).await;
+    assert!(
+        chunks
+            .iter()
+            .any(|c| matches!(c, ModelChunk::ToolCall { name: Some(n), .. } if n == "Verdict"))
+    );
+    assert!(chunks.contains(&ModelChunk::Finish(FinishReason::ToolCalls)));
+}
