@@ -15,6 +15,12 @@ pub struct DispatchProbe {
     meta: EventMeta,
 }
 
+impl std::fmt::Debug for DispatchProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DispatchProbe").finish_non_exhaustive()
+    }
+}
+
 impl DispatchProbe {
     /// A chain of these hooks (deduplicated and sorted as an agent would).
     ///

@@ -189,6 +189,12 @@ pub trait IntoHook<M> {
 #[doc(hidden)]
 pub struct RegisteredHookHandle(pub(crate) RegisteredHook);
 
+impl std::fmt::Debug for RegisteredHookHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredHookHandle").finish_non_exhaustive()
+    }
+}
+
 /// The marker types of [`IntoHook`]: which registration path a hook value takes. Never
 /// named in user code (the compiler infers them); uninhabited.
 pub mod marker {
