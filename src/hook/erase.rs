@@ -191,7 +191,8 @@ pub struct RegisteredHookHandle(pub(crate) RegisteredHook);
 
 impl std::fmt::Debug for RegisteredHookHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegisteredHookHandle").finish_non_exhaustive()
+        f.debug_struct("RegisteredHookHandle")
+            .finish_non_exhaustive()
     }
 }
 

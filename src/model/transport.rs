@@ -374,6 +374,7 @@ impl Transport {
                     ModelErrorKind::BadRequest,
                     format!("cannot serialize the request: {e}"),
                 )
+                .with_source(e)
             })?;
             Ok::<_, ModelError>((headers, body))
         })();
@@ -397,8 +398,8 @@ fn insert_headers<'a>(
                 format!("invalid HTTP header {what} for `{name}`"),
             )
         };
-        let n = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad("name"))?;
-        let mut v = HeaderValue::from_str(value).map_err(|_| bad("value"))?;
+        let n = HeaderName::from_bytes(name.as_bytes()).map_err(|e| bad("name").with_source(e))?;
+        let mut v = HeaderValue::from_str(value).map_err(|e| bad("value").with_source(e))?;
         // Credentials never show in `Debug` output or logs.
         if matches!(n.as_str(), "authorization" | "x-api-key" | "api-key") {
             v.set_sensitive(true);
@@ -565,6 +566,7 @@ pub(crate) fn parse_json(data: &str) -> Result<Value, ModelError> {
                 truncate(data, QUOTE_BYTES)
             ),
         )
+        .with_source(e)
     })
 }
 

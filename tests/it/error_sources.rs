@@ -55,3 +55,36 @@ async fn a_hooks_error_is_the_call_errors_source_as_itself() {
         Some("refused")
     );
 }
+
+#[cfg(feature = "openai")]
+#[tokio::test]
+async fn a_refused_connection_keeps_the_http_clients_error_as_the_model_errors_source() {
+    // A port nothing listens on: bind, read the port, close.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let model = OpenAiChatModel::builder()
+        .base_url(format!("http://127.0.0.1:{port}/v1"))
+        .model("m")
+        .http(HttpConfig {
+            retry: RetryPolicy {
+                max_attempts: 1,
+                ..RetryPolicy::default()
+            },
+            ..HttpConfig::default()
+        })
+        .build()
+        .unwrap();
+    let agent = Agent::builder().model(model).build().unwrap();
+    let err = agent.call(Msg::user("hi")).await.unwrap_err();
+    let model_err = err.model_error().expect("a model error");
+    let cause = model_err
+        .source()
+        .expect("the transport keeps the HTTP client's error");
+    assert!(
+        !cause.to_string().is_empty() && model_err.message().contains("127.0.0.1"),
+        "{model_err}: {cause}"
+    );
+}

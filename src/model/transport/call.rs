@@ -212,7 +212,7 @@ impl<D: Decoder> Call<D> {
                     ),
                 )));
             }
-            Some(Err(e)) => return Err(send_failure(&t.url, &e)),
+            Some(Err(e)) => return Err(send_failure(&t.url, e)),
             Some(Ok(r)) => r,
         };
         let (body_until, _) = cap(after(t.http.idle_timeout), deadline);
@@ -294,10 +294,10 @@ impl<D: Decoder> Call<D> {
                     )));
                 }
                 Some(Err(e)) => {
-                    return Err(Failure::retryable(ModelError::new(
-                        ModelErrorKind::Stream,
-                        format!("the connection failed mid-stream: {}", chain(&e)),
-                    )));
+                    let message = format!("the connection failed mid-stream: {}", chain(&e));
+                    return Err(Failure::retryable(
+                        ModelError::new(ModelErrorKind::Stream, message).with_source(e),
+                    ));
                 }
                 Some(Ok(Some(bytes))) => body.parser.push(&bytes),
                 Some(Ok(None)) => {
@@ -424,12 +424,10 @@ fn error_message(body: &str) -> Option<String> {
 }
 
 /// The error and retry decision for a failed `send()`.
-fn send_failure(url: &reqwest::Url, e: &reqwest::Error) -> Failure {
+fn send_failure(url: &reqwest::Url, e: reqwest::Error) -> Failure {
     if e.is_builder() {
-        return Failure::fatal(ModelError::new(
-            ModelErrorKind::BadRequest,
-            format!("cannot build the request to {url}: {}", chain(e)),
-        ));
+        let message = format!("cannot build the request to {url}: {}", chain(&e));
+        return Failure::fatal(ModelError::new(ModelErrorKind::BadRequest, message).with_source(e));
     }
     let (kind, what) = if e.is_timeout() {
         (ModelErrorKind::Timeout, "timed out")
@@ -438,10 +436,8 @@ fn send_failure(url: &reqwest::Url, e: &reqwest::Error) -> Failure {
     } else {
         (ModelErrorKind::Other, "failed")
     };
-    Failure::retryable(ModelError::new(
-        kind,
-        format!("the request to {url} {what}: {}", chain(e)),
-    ))
+    let message = format!("the request to {url} {what}: {}", chain(&e));
+    Failure::retryable(ModelError::new(kind, message).with_source(e))
 }
 
 /// The server-requested wait: `retry-after-ms`, else `Retry-After` as seconds or as
