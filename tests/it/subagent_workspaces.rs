@@ -34,6 +34,21 @@ fn spawn_once() -> ScriptedModel {
     ])
 }
 
+/// A parent with the tools `read` and `write`, the workspace `ws` and the subagent `decl`.
+fn read_write_parent(
+    model: &ScriptedModel,
+    log: &Log,
+    ws: &TempDir,
+    decl: SubagentDeclaration,
+) -> Agent {
+    builder(model)
+        .toolkit(read_write(log))
+        .workspace(&ws.0)
+        .subagent(decl)
+        .build()
+        .unwrap()
+}
+
 /// A workspace with a child root `child/` whose tools.json is `policy`.
 fn with_child_policy(label: &str, policy: &str) -> TempDir {
     let ws = TempDir::new(label);
@@ -47,12 +62,7 @@ async fn an_empty_allowlist_still_applies_the_child_workspace_policy() {
     let ws = with_child_policy("empty-allow", r#"{"deny": ["write"]}"#);
     let log = Log::default();
     let model = spawn_once();
-    let agent = builder(&model)
-        .toolkit(read_write(&log))
-        .workspace(&ws.0)
-        .subagent(isolated("w", &[], "child"))
-        .build()
-        .unwrap();
+    let agent = read_write_parent(&model, &log, &ws, isolated("w", &[], "child"));
     assert!(agent.tool_names().iter().any(|t| t == "write"));
     agent.call(Msg::user("go")).await.unwrap();
     assert_eq!(offered(&model, 1), ["read"]);
@@ -85,12 +95,7 @@ async fn a_child_policy_cannot_widen_the_parents() {
     ws.write("tools.json", r#"{"deny": ["write"]}"#);
     let log = Log::default();
     let model = spawn_once();
-    let agent = builder(&model)
-        .toolkit(read_write(&log))
-        .workspace(&ws.0)
-        .subagent(isolated("w", &[], "child"))
-        .build()
-        .unwrap();
+    let agent = read_write_parent(&model, &log, &ws, isolated("w", &[], "child"));
     agent.call(Msg::user("go")).await.unwrap();
     assert_eq!(offered(&model, 1), ["read"]);
 }
@@ -130,6 +135,22 @@ async fn a_malformed_child_tools_json_fails_the_spawn_for_a_dynamic_declaration(
     assert!(r.1 && r.2.contains("tools.json"), "{r:?}");
 }
 
+/// Writes the declaration `rel` and asserts the build fails naming it with `expected`
+/// (kind, line, key).
+fn assert_md_error(
+    ws: &TempDir,
+    rel: &str,
+    text: &str,
+    expected: (SpecErrorKind, Option<usize>, Option<&str>),
+) {
+    let path = ws.write(rel, text);
+    let model = ScriptedModel::new([]);
+    let err = builder(&model).workspace(&ws.0).build().unwrap_err();
+    let spec = err.workspace_error().unwrap();
+    assert_eq!(spec.file(), path);
+    assert_eq!((spec.kind(), spec.line(), spec.key()), expected, "{err}");
+}
+
 #[test]
 fn markdown_workspace_key_errors_name_file_line_and_key() {
     let ws = TempDir::new("md-ws");
@@ -155,16 +176,7 @@ fn markdown_workspace_key_errors_name_file_line_and_key() {
         ),
     ];
     for (text, kind, line, key) in cases {
-        let path = ws.write("subagents/x.md", text);
-        let model = ScriptedModel::new([]);
-        let err = builder(&model).workspace(&ws.0).build().unwrap_err();
-        let spec = err.workspace_error().unwrap();
-        assert_eq!(spec.file(), path);
-        assert_eq!(
-            (spec.kind(), spec.line(), spec.key()),
-            (kind, Some(line), Some(key)),
-            "{err}"
-        );
+        assert_md_error(&ws, "subagents/x.md", text, (kind, Some(line), Some(key)));
     }
     // Missing path for an isolated workspace, and a path for a shared one.
     for (text, key) in [
@@ -238,12 +250,7 @@ async fn an_edited_child_policy_applies_from_the_next_spawn() {
     let ws = with_child_policy("edit-child", "{}");
     let log = Log::default();
     let model = spawn_twice();
-    let agent = builder(&model)
-        .toolkit(read_write(&log))
-        .workspace(&ws.0)
-        .subagent(isolated("w", &[], "child"))
-        .build()
-        .unwrap();
+    let agent = read_write_parent(&model, &log, &ws, isolated("w", &[], "child"));
     agent.call(Msg::user("go")).await.unwrap();
     assert_eq!(offered(&model, 1), ["read", "write"]);
     ws.write("child/tools.json", r#"{"deny": ["write"]}"#);
@@ -262,12 +269,7 @@ async fn a_child_tools_json_broken_after_a_spawn_fails_the_next_spawn() {
         spawn("w", "t"),
         ScriptedTurn::text("p"),
     ]);
-    let agent = builder(&model)
-        .toolkit(read_write(&log))
-        .workspace(&ws.0)
-        .subagent(isolated("w", &[], "child"))
-        .build()
-        .unwrap();
+    let agent = read_write_parent(&model, &log, &ws, isolated("w", &[], "child"));
     agent.call(Msg::user("go")).await.unwrap();
     assert_eq!(offered(&model, 1), ["read"]);
     ws.write("child/tools.json", r#"{"deny": ["write"],}"#);
@@ -316,12 +318,8 @@ async fn an_isolated_childs_own_subagents_folder_declares_its_nested_subagents()
     ws.write("child/inner-ws/tools.json", r#"{"deny": ["write"]}"#);
     let log = Log::default();
     let model = spawn_nested();
-    let agent = builder(&model)
-        .toolkit(read_write(&log))
-        .workspace(&ws.0)
-        .subagent(isolated("w", &["read", "write", SPAWN_TOOL], "child"))
-        .build()
-        .unwrap();
+    let decl = isolated("w", &["read", "write", SPAWN_TOOL], "child");
+    let agent = read_write_parent(&model, &log, &ws, decl);
     agent.call(Msg::user("go")).await.unwrap();
     assert_eq!(listed(&model, 0), ["w", "outer"]);
     assert_eq!(
@@ -382,18 +380,11 @@ fn general_purpose_always_shares_its_parents_workspace() {
     assert_eq!(err.kind(), BuildErrorKind::InvalidDeclaration);
     assert!(err.to_string().contains("always shares"), "{err}");
     let ws = with_child_policy("gp-md", "{}");
-    let path = ws.write(
+    assert_md_error(
+        &ws,
         "subagents/general-purpose.md",
         "---\ndescription: d\nworkspace: {mode: isolated, path: child}\n---\n",
-    );
-    let model = ScriptedModel::new([]);
-    let err = builder(&model).workspace(&ws.0).build().unwrap_err();
-    let spec = err.workspace_error().unwrap();
-    assert_eq!(spec.file(), path);
-    assert_eq!(
-        (spec.kind(), spec.line(), spec.key()),
         (SpecErrorKind::InvalidValue, Some(3), Some("workspace.mode")),
-        "{err}"
     );
 }
 
@@ -425,30 +416,15 @@ async fn a_relative_parent_workspace_resolves_a_markdown_child_root_once() {
 #[cfg(feature = "mcp")]
 #[tokio::test]
 async fn a_child_workspace_deny_removes_an_mcp_tool() {
-    let node = std::process::Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !node {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true and `node` is missing"
-        );
-        eprintln!("SKIPPED (not under CI): `node` is not installed");
+    let Some(server) = crate::hostile_mcp::hostile("calls") else {
         return;
-    }
-    const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hostile_mcp.js");
+    };
     let ws = with_child_policy("mcp-child", r#"{"deny": ["mcp__h__echo"]}"#);
     let log = Log::default();
     let model = spawn_once();
     let agent = builder(&model)
         .toolkit(toolkit_with(vec![named_tool("read", &log)]))
-        .mcp_server(
-            "h",
-            rein::mcp::McpServerConfig::stdio("node")
-                .args([SCRIPT, "calls"])
-                .enable_tools(["echo", "deep"]),
-        )
+        .mcp_server("h", server.enable_tools(["echo", "deep"]))
         .workspace(&ws.0)
         .subagent(isolated("w", &[], "child"))
         .build_async()

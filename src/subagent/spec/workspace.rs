@@ -228,7 +228,8 @@ pub(crate) fn nested_dir(root: Option<&Path>, allow: &[String]) -> Option<PathBu
 /// with a broken child workspace fails the build rather than its first spawn: the root's
 /// policy and `AGENTS.md`, and — when the child delegates (`allow` names the delegation
 /// tool) and `levels` (how many delegation levels remain below it) is positive — every
-/// declaration in its `subagents/` folder, recursively. `seen` skips roots already checked.
+/// declaration in its `subagents/` folder, recursively. `seen` skips roots already checked
+/// the same way (with or without their folder).
 ///
 /// # Errors
 /// As [`child_policy`] and [`read_agents_md`]; a nested declaration file that cannot be
@@ -238,14 +239,15 @@ pub(crate) fn check_child_root(
     root: &Path,
     allow: &[String],
     levels: u32,
-    seen: &mut HashSet<PathBuf>,
+    seen: &mut HashSet<(PathBuf, bool)>,
 ) -> Result<(), BuildError> {
-    if !seen.insert(root.to_path_buf()) {
+    let dir = nested_dir(Some(root), allow).filter(|_| levels > 0);
+    if !seen.insert((root.to_path_buf(), dir.is_some())) {
         return Ok(());
     }
     child_policy(id, root)?;
     read_agents_md(root)?;
-    let Some(dir) = nested_dir(Some(root), allow).filter(|_| levels > 0) else {
+    let Some(dir) = dir else {
         return Ok(());
     };
     for spec in scan_subagents_dir(&dir).map_err(BuildError::workspace)? {
