@@ -3,7 +3,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::hash::{DefaultHasher, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -227,15 +226,7 @@ impl Delegation {
                 .ok()
                 .flatten()
         });
-        let version = match root {
-            None => version,
-            Some(root) => {
-                let mut h = DefaultHasher::new();
-                h.write_u64(version);
-                h.write_u64(root_stamp(&root));
-                h.finish()
-            }
-        };
+        let version = root_stamp(version, root.as_deref());
         let mut children = self.children.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((v, agent)) = children.get(id)
             && *v == version

@@ -207,8 +207,9 @@ struct Case {
     hook_filter: Vec<bool>,
     policy: Option<PolicyMasks>,
     no_deletion: bool,
-    /// (Markdown?, allowlist mask, the policy of an isolated child workspace if any)
-    decls: Vec<(bool, Vec<bool>, Option<PolicyMasks>)>,
+    /// (Markdown?, allowlist mask, the policy of an isolated child workspace if any, the
+    /// policy of the workspace of a subagent declared in that child workspace if any)
+    decls: Vec<(bool, Vec<bool>, Option<PolicyMasks>, Option<PolicyMasks>)>,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -230,6 +231,7 @@ fn case() -> impl Strategy<Value = Case> {
                 any::<bool>(),
                 prop::collection::vec(prop::bool::weighted(0.5), n),
                 prop::option::weighted(0.6, masks(0.5, 0.25)),
+                prop::option::weighted(0.5, masks(0.5, 0.25)),
             ),
             1..=3,
         ),
@@ -320,7 +322,7 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
     let mut allowlists: HashMap<String, Vec<String>> = HashMap::new();
     let mut own_hooked: HashSet<String> = HashSet::new();
     let mut child_policies: HashMap<String, Policy> = HashMap::new();
-    for (i, (markdown, mask, child_policy)) in case.decls.iter().enumerate() {
+    for (i, (markdown, mask, child_policy, nested_policy)) in case.decls.iter().enumerate() {
         let id = format!("d{i}");
         let allow: Vec<String> = pick(mask, &all)
             .into_iter()
@@ -335,6 +337,22 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
             let text = json!({"allow": p.0, "deny": p.1}).to_string();
             std::fs::write(root.join("tools.json"), text).unwrap();
             child_policies.insert(id.clone(), p);
+            // Its own `subagents/` declares `n<i>` (empty allowlist), spawned when the
+            // child may delegate, optionally in a nested isolated workspace `nest/`.
+            let nested = format!("n{i}");
+            std::fs::create_dir_all(root.join("subagents")).unwrap();
+            let mut front = format!("description: {nested}\n");
+            if let Some((allow_mask, deny_mask)) = nested_policy {
+                let p = (pick(allow_mask, &all), pick(deny_mask, &all));
+                std::fs::create_dir_all(root.join("nest")).unwrap();
+                let text = json!({"allow": p.0, "deny": p.1}).to_string();
+                std::fs::write(root.join("nest/tools.json"), text).unwrap();
+                child_policies.insert(nested.clone(), p);
+                front.push_str("workspace: {mode: isolated, path: nest}\n");
+            }
+            let file = root.join(format!("subagents/{nested}.md"));
+            std::fs::write(file, format!("---\n{front}---\n")).unwrap();
+            allowlists.insert(nested, Vec::new());
             root
         });
         if *markdown {
@@ -446,7 +464,23 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
             );
         }
     }
-    // 3. The parent-only hook never saw a child event.
+    // 3. An isolated child that may delegate spawns the subagent its own `subagents/`
+    //    declares (the model spawns every listed subagent).
+    for (id, (name, _, offered)) in &obs.agents {
+        let Some(i) = name.strip_prefix('d') else {
+            continue;
+        };
+        if child_policies.contains_key(name) && offered.iter().any(|t| t == SPAWN_TOOL) {
+            let nested = format!("n{i}");
+            prop_assert!(
+                obs.agents
+                    .values()
+                    .any(|(n, p, _)| *n == nested && p.as_deref() == Some(id.as_str())),
+                "{name} ({id}) did not spawn {nested} from its own folder"
+            );
+        }
+    }
+    // 4. The parent-only hook never saw a child event.
     prop_assert!(!obs.parent_only_depths.is_empty());
     prop_assert!(obs.parent_only_depths.iter().all(|d| *d == 0));
     Ok(())

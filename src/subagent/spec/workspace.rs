@@ -196,11 +196,16 @@ pub(crate) fn read_agents_md(root: &Path) -> Result<Option<String>, BuildError> 
     }
 }
 
-/// A hash of what a built child took from its isolated root (`tools.json` and `AGENTS.md`,
-/// contents or read failure): when it changes, the child is rebuilt, so an edited child
-/// policy applies from the next spawn and a policy broken since fails that spawn.
-pub(crate) fn root_stamp(root: &Path) -> u64 {
+/// The cache version of a built child: its declaration's `version`, combined — for an
+/// isolated child — with a hash of what it took from its `root` (`tools.json` and
+/// `AGENTS.md`, contents or read failure). When it changes the child is rebuilt, so an
+/// edited child policy applies from the next spawn and a policy broken since fails it.
+pub(crate) fn root_stamp(version: u64, root: Option<&Path>) -> u64 {
+    let Some(root) = root else {
+        return version;
+    };
     let mut h = DefaultHasher::new();
+    h.write_u64(version);
     for name in ["tools.json", "AGENTS.md"] {
         match fs::read(root.join(name)) {
             Ok(bytes) => {
