@@ -117,8 +117,9 @@ pub struct SubagentWorkspace {
     /// Isolated or shared.
     pub mode: WorkspaceMode,
     /// The isolated root (required for [`WorkspaceMode::Isolated`], absent for
-    /// [`WorkspaceMode::Shared`]). A relative path resolves against the parent's
-    /// workspace (for a Markdown file, the workspace holding its `subagents/` folder).
+    /// [`WorkspaceMode::Shared`]). A relative path resolves against the delegating
+    /// agent's workspace when the child is built (for a Markdown file, at parse time
+    /// against the workspace holding its `subagents/` folder, and stored absolute).
     pub path: Option<PathBuf>,
 }
 

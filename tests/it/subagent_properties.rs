@@ -207,10 +207,12 @@ struct Case {
     hook_filter: Vec<bool>,
     policy: Option<PolicyMasks>,
     no_deletion: bool,
-    /// (Markdown?, allowlist mask, the policy of an isolated child workspace if any, the
-    /// policy of the workspace of a subagent declared in that child workspace if any)
-    decls: Vec<(bool, Vec<bool>, Option<PolicyMasks>, Option<PolicyMasks>)>,
+    decls: Vec<DeclCase>,
 }
+
+/// (Markdown?, allowlist mask, the policy of an isolated child workspace if any, the
+/// policy of the workspace of a subagent declared in that child workspace if any)
+type DeclCase = (bool, Vec<bool>, Option<PolicyMasks>, Option<PolicyMasks>);
 
 fn case() -> impl Strategy<Value = Case> {
     let n = universe().len();
