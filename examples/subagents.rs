@@ -6,9 +6,9 @@
 //! A hook-contributed `delete_logs` tool is installed on the parent, but not on the
 //! child, whose allowlist names only `query_logs` and `lookup_order`; the child's own
 //! isolated workspace (`workspaces/log-analyst/tools.json`) denies `lookup_order`, so
-//! the child gets `query_logs` alone: a child policy only narrows. Runs offline on a ScriptedModel, or
-//! on a real model when an API key is set and its feature is on (see the quickstart
-//! example); the first output line says which.
+//! the child gets `query_logs` alone: a child policy only narrows. Runs offline on a
+//! ScriptedModel, or on a real model when an API key is set and its feature is on (see
+//! the quickstart example); the first output line says which.
 
 mod common;
 
@@ -156,7 +156,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .map(|t| t.name.as_str())
         .collect();
-    println!("tools offered to log-analyst: {offered:?}");
+    println!(
+        "tools offered to log-analyst: {offered:?} = parent's tools ∩ its allowlist \
+         [query_logs, lookup_order] ∩ tools.json ∩ its own workspaces/log-analyst/tools.json \
+         (deny lookup_order)"
+    );
     assert_eq!(offered, ["query_logs"]);
     Ok(())
 }

@@ -1,9 +1,8 @@
 //! The per-agent delegation state, the `agent_spawn` tool and the one function that
 //! builds children.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -12,19 +11,18 @@ use serde_json::{Value, json};
 use super::narrow::{self, Granted};
 use super::plan::ChildPlan;
 use super::registry::Registry;
-use super::spec::{SpecError, ToolsPolicy};
-use super::{
-    GENERAL_PURPOSE, SPAWN_TOOL, SubagentDeclaration, SubagentFactory, SubagentWorkspace,
-    WorkspaceMode,
+use super::spec::{
+    check_child_root, child_policy, isolated_root, nested_dir, read_agents_md, root_stamp,
 };
+use super::{GENERAL_PURPOSE, SPAWN_TOOL, SubagentDeclaration, SubagentFactory};
 use crate::agent::{
     Agent, AgentBuilder, AgentEvent, CallOutcome, ChildBinding, PENDING_CALLS_KEY, SessionKey,
     StopReason, Template,
 };
-use crate::error::{BuildError, BuildErrorKind};
+use crate::error::BuildError;
 use crate::message::Msg;
 use crate::model::GenerateOptions;
-use crate::tool::policy::{check_allowlist, load_policy};
+use crate::tool::policy::check_allowlist;
 use crate::tool::{Tool, ToolContext, ToolError, ToolSchema, expects};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -46,10 +44,17 @@ impl Declared {
     }
 
     fn allowlist(&self) -> Vec<String> {
+        self.declaration()
+            .map(|d| d.tools.clone())
+            .unwrap_or_default()
+    }
+
+    /// The declaration, `None` for the built-in general-purpose subagent (always shared).
+    fn declaration(&self) -> Option<&SubagentDeclaration> {
         match self {
-            Declared::Decl(d) => d.tools.clone(),
-            Declared::Factory(f) => f.declaration().tools.clone(),
-            Declared::GeneralPurpose => Vec::new(),
+            Declared::Decl(d) => Some(d),
+            Declared::Factory(f) => Some(f.declaration()),
+            Declared::GeneralPurpose => None,
         }
     }
 }
@@ -134,17 +139,21 @@ impl Delegation {
 
     /// Checks that no known declaration's allowlist names a tool this agent cannot call,
     /// and that every isolated workspace declared in code or a static file has a
-    /// readable, valid `tools.json` (or none).
+    /// readable, valid `tools.json` (or none) and `AGENTS.md`, and valid nested
+    /// declarations (see [`check_child_root`]).
     pub(crate) fn validate(&self) -> Result<(), BuildError> {
+        let t = &self.template;
+        let mut seen = HashSet::new();
         for (id, declared) in self.registry.all() {
-            check_allowlist(&id, &declared.allowlist(), &self.template.callable)?;
-            let decl = match &declared {
-                Declared::Decl(d) => d,
-                Declared::Factory(f) => f.declaration(),
-                Declared::GeneralPurpose => continue,
+            check_allowlist(&id, &declared.allowlist(), &t.callable)?;
+            let Some(decl) = declared.declaration() else {
+                continue;
             };
-            if let Some(root) = isolated_root(&id, decl, self.template.workspace.as_deref())? {
-                child_policy(&id, &root)?;
+            if let Some(root) = isolated_root(&id, decl.workspace.as_ref(), t.workspace.as_deref())?
+            {
+                // The child sits at depth + 1 and delegates while below the maximum.
+                let levels = t.max_depth.saturating_sub(t.info.depth + 1);
+                check_child_root(&id, &root, &decl.tools, levels, &mut seen)?;
             }
         }
         Ok(())
@@ -210,6 +219,14 @@ impl Delegation {
             }
         };
         let (declared, version) = declared;
+        // A child built from an isolated root is rebuilt when that root's policy or
+        // prompt changed, so it never runs on a policy that no longer holds.
+        let root = declared.declaration().and_then(|d| {
+            isolated_root(id, d.workspace.as_ref(), self.template.workspace.as_deref())
+                .ok()
+                .flatten()
+        });
+        let version = root_stamp(version, root.as_deref());
         let mut children = self.children.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((v, agent)) = children.get(id)
             && *v == version
@@ -263,7 +280,8 @@ impl Delegation {
             top_p: decl.top_p,
             ..Default::default()
         };
-        let root = isolated_root(id, decl, t.workspace.as_deref())?;
+        let root = isolated_root(id, decl.workspace.as_ref(), t.workspace.as_deref())?;
+        let own_dir = nested_dir(root.as_deref(), &decl.tools);
         let own_policy = match &root {
             Some(root) => child_policy(id, root)?,
             None => None,
@@ -329,72 +347,11 @@ impl Delegation {
             own_policy,
             workspace: root.or_else(|| t.workspace.clone()),
         });
-        b.delegation = Some(Box::new(ChildPlan(Arc::clone(&self.registry))));
+        b.delegation = Some(Box::new(ChildPlan::new(
+            Arc::clone(&self.registry),
+            own_dir,
+        )));
         b.build()
-    }
-}
-
-/// The isolated root of a declaration, a relative path resolved against the delegating
-/// agent's workspace; `None` for a shared or absent workspace.
-fn isolated_root(
-    id: &str,
-    decl: &SubagentDeclaration,
-    parent_ws: Option<&Path>,
-) -> Result<Option<PathBuf>, BuildError> {
-    let Some(SubagentWorkspace {
-        mode: WorkspaceMode::Isolated,
-        path: Some(path),
-    }) = &decl.workspace
-    else {
-        return Ok(None);
-    };
-    if path.is_absolute() {
-        return Ok(Some(path.clone()));
-    }
-    match parent_ws {
-        Some(ws) => Ok(Some(ws.join(path))),
-        None => Err(BuildError::new(
-            BuildErrorKind::InvalidDeclaration,
-            format!(
-                "subagent `{id}`: its workspace path `{}` is relative, but its parent has no \
-                 workspace to resolve it against",
-                path.display()
-            ),
-        )),
-    }
-}
-
-/// The policy of an isolated child workspace: fails closed like the parent's, and may not
-/// declare MCP servers (only the top-level agent connects them).
-fn child_policy(id: &str, root: &Path) -> Result<Option<Arc<ToolsPolicy>>, BuildError> {
-    let policy = load_policy(root)?;
-    if let Some(p) = &policy
-        && !p.mcp_servers.is_empty()
-    {
-        return Err(BuildError::new(
-            BuildErrorKind::InvalidConfig,
-            format!(
-                "subagent `{id}`: `{}` declares MCP servers; only the top-level agent can",
-                root.join("tools.json").display()
-            ),
-        ));
-    }
-    Ok(policy)
-}
-
-/// `<root>/AGENTS.md`, the prompt base of an isolated child; `None` only when there is no
-/// entry at all (a dangling link or an unreadable file fails).
-fn read_agents_md(root: &Path) -> Result<Option<String>, BuildError> {
-    let path = root.join("AGENTS.md");
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Ok(Some(text.trim().to_owned()).filter(|t| !t.is_empty())),
-        Err(e)
-            if e.kind() == std::io::ErrorKind::NotFound
-                && std::fs::symlink_metadata(&path).is_err() =>
-        {
-            Ok(None)
-        }
-        Err(e) => Err(BuildError::workspace(SpecError::io(&path, &e))),
     }
 }
 

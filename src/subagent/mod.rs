@@ -23,10 +23,11 @@
 //! 2. **Tools only narrow.** The tools a child can call are a subset of the tools its
 //!    parent can call, ∩ the declaration's allowlist (when non-empty), ∩ the workspace
 //!    `tools.json` allow (when non-empty), − its deny, ∩ the child's own isolated
-//!    workspace `tools.json` allow (when non-empty), − its deny. The child policy
-//!    applies even with an empty allowlist, is read when the child is built (and at
-//!    the parent's build for declarations known then), and a child `tools.json` that
-//!    cannot be read or parsed fails the build or the spawn — never "no policy". The delegation tool is never
+//!    workspace `tools.json` allow (when non-empty), − its deny. This holds for base,
+//!    hook-contributed and MCP tools alike. The child policy applies even with an empty
+//!    allowlist, is read when the child is built (and at the parent's build for
+//!    declarations known then), and a child `tools.json` that cannot be read or parsed
+//!    fails the build or the spawn — never "no policy". The delegation tool is never
 //!    inherited implicitly: a child gets it only if its allowlist names it, and only
 //!    below the maximum depth (default 3).
 //! 3. **Hook tools are filtered before they are installed.** Tools contributed by hooks
@@ -43,11 +44,22 @@
 //! # Child workspaces
 //! A declaration may carry a [`SubagentWorkspace`]: `shared` (the parent's; the default
 //! when none is given, and always for `general-purpose`) or `isolated` with a root path
-//! (relative paths resolve against the parent's workspace). An isolated root's
-//! `tools.json` narrows the child (invariant 2; it may not declare MCP servers) and its
-//! `AGENTS.md`, when present, replaces the declaration's prompt as the prompt base. A
-//! child's own `subagents/` folder is not read: nested delegation uses the tree's
-//! declarations, bounded by depth.
+//! (relative paths resolve against the parent's workspace). An isolated root
+//! - narrows the child with its `tools.json` (invariant 2; it may not declare MCP
+//!   servers). The file is re-read before each spawn: when it (or `AGENTS.md`) changed,
+//!   the child is rebuilt, so an edit applies from the next spawn and a file broken since
+//!   fails that spawn;
+//! - gives the child's prompt base: its `AGENTS.md` when present and not blank, else the
+//!   declaration's body / system prompt;
+//! - declares nested subagents in its own `subagents/*.md` (relative workspace paths in
+//!   them resolve against the root), read only when the child delegates (its allowlist
+//!   names [`SPAWN_TOOL`]) and bounded by depth as every delegation. The child sees the
+//!   tree's code declarations and its own folder's files, not its parent's files.
+//!
+//! At the top-level build every isolated root known then is checked (policy,
+//! `AGENTS.md`, and the nested declarations of children that delegate, recursively down
+//! to the maximum depth): a broken one fails the build. One seen only later fails the
+//! spawn that needs it, with an error result naming the file.
 //!
 //! # Workspace files
 //! `tools.json` and the Markdown declarations are parsed strictly by [`spec`]: unknown
@@ -91,8 +103,8 @@ pub use crate::agent::ModelResolver;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkspaceMode {
     /// The child has a root of its own: its `tools.json` narrows the child's tools
-    /// further (never widens them), and its `AGENTS.md`, when present, is the child's
-    /// prompt base.
+    /// further (never widens them), its `AGENTS.md`, when present, is the child's
+    /// prompt base, and its `subagents/` folder declares the child's own subagents.
     Isolated,
     /// The child works in the parent's workspace: the parent's policy, nothing more.
     Shared,
@@ -105,8 +117,9 @@ pub struct SubagentWorkspace {
     /// Isolated or shared.
     pub mode: WorkspaceMode,
     /// The isolated root (required for [`WorkspaceMode::Isolated`], absent for
-    /// [`WorkspaceMode::Shared`]). A relative path resolves against the parent's
-    /// workspace (for a Markdown file, the workspace holding its `subagents/` folder).
+    /// [`WorkspaceMode::Shared`]). A relative path resolves against the delegating
+    /// agent's workspace when the child is built (for a Markdown file, at parse time
+    /// against the workspace holding its `subagents/` folder, and stored absolute).
     pub path: Option<PathBuf>,
 }
 
@@ -291,8 +304,10 @@ impl SubagentDeclarationBuilder {
     ///
     /// # Errors
     /// [`BuildErrorKind::InvalidDeclaration`] for an id outside `[A-Za-z0-9_.-]+`, a
-    /// blank description, `steps(0)`, a blank allowlist entry, or an out-of-range
-    /// temperature (0–2) or top_p (0 < p ≤ 1).
+    /// blank description, `steps(0)`, a blank allowlist entry, an out-of-range
+    /// temperature (0–2) or top_p (0 < p ≤ 1), an isolated workspace without a path or a
+    /// shared one with a path, or an isolated workspace for `general-purpose` (always
+    /// shared).
     pub fn build(self) -> Result<SubagentDeclaration, BuildError> {
         let d = self.decl;
         let bad = |msg: String| {
@@ -333,6 +348,12 @@ impl SubagentDeclarationBuilder {
                 mode: WorkspaceMode::Shared,
                 path: Some(_),
             }) => return bad("a shared workspace takes no path".into()),
+            Some(SubagentWorkspace {
+                mode: WorkspaceMode::Isolated,
+                ..
+            }) if d.name == GENERAL_PURPOSE => {
+                return bad("`general-purpose` always shares its parent's workspace".into());
+            }
             _ => {}
         }
         Ok(d)

@@ -80,9 +80,21 @@ impl DelegationPlan for Declarations {
     }
 }
 
-/// A child's plan: the registry of the tree it belongs to.
+/// A child's plan: the registry of the tree it belongs to, or — for an isolated child
+/// that delegates — the tree's code declarations with its own `subagents/` folder.
 #[derive(Clone)]
-pub(crate) struct ChildPlan(pub(crate) Arc<Registry>);
+pub(crate) struct ChildPlan {
+    tree: Arc<Registry>,
+    own_dir: Option<PathBuf>,
+}
+
+impl ChildPlan {
+    /// `own_dir`: the isolated child's `subagents/` folder (see
+    /// [`nested_dir`](super::spec::nested_dir)); `None` shares the tree's registry.
+    pub(crate) fn new(tree: Arc<Registry>, own_dir: Option<PathBuf>) -> Self {
+        Self { tree, own_dir }
+    }
+}
 
 impl std::fmt::Debug for ChildPlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -95,7 +107,11 @@ impl DelegationPlan for ChildPlan {
         &self,
         _subagents_dir: Option<PathBuf>,
     ) -> Result<Option<Box<dyn PreparedDelegation>>, BuildError> {
-        Ok(Some(Box::new(Prepared(Arc::clone(&self.0)))))
+        let registry = match &self.own_dir {
+            None => Arc::clone(&self.tree),
+            Some(dir) => Arc::new(self.tree.nested(dir.clone())?),
+        };
+        Ok(Some(Box::new(Prepared(registry))))
     }
 
     fn clone_plan(&self) -> Box<dyn DelegationPlan> {

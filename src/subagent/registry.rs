@@ -128,6 +128,21 @@ impl Registry {
                 ));
             }
         }
+        Self::with_files(code, dir)
+    }
+
+    /// The registry of an isolated child's subtree: the tree's code declarations, and
+    /// the Markdown files of the child's own `subagents/` folder `dir` instead of its
+    /// parent's (static files now, later changes on refresh). A broken file there fails
+    /// the child's build.
+    pub(crate) fn nested(&self, dir: PathBuf) -> Result<Self, BuildError> {
+        Self::with_files(self.code.clone(), Some(dir))
+    }
+
+    fn with_files(
+        code: IndexMap<String, Declared>,
+        dir: Option<PathBuf>,
+    ) -> Result<Self, BuildError> {
         let mut files = Files::default();
         if let Some(dir) = &dir {
             for read in read_dir(dir).map_err(BuildError::workspace)? {

@@ -25,6 +25,9 @@ use crate::subagent::SubagentWorkspace;
 pub use crate::tool::policy::ToolsPolicy;
 
 mod workspace;
+pub(crate) use workspace::{
+    check_child_root, child_policy, isolated_root, nested_dir, read_agents_md, root_stamp,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Markdown declarations
@@ -60,9 +63,9 @@ pub struct DeclarationSpec {
     /// `top_p`: 0 < x <= 1; `None` means "inherit".
     pub top_p: Option<f64>,
     /// `workspace`: `{mode: isolated|shared, path: rel|abs}`; an isolated `path` is
-    /// required, resolved against the workspace holding the `subagents/` folder, and must
-    /// be an existing directory; a shared one takes no path. `None`: no workspace of its
-    /// own.
+    /// required, resolved against the workspace holding the `subagents/` folder, must
+    /// be an existing directory, and is stored absolute; a shared one takes no path, and
+    /// `general-purpose.md` may only be shared. `None`: no workspace of its own.
     pub workspace: Option<SubagentWorkspace>,
     /// The Markdown after the closing `---`, trimmed; may be empty.
     pub body: String,
@@ -77,7 +80,10 @@ impl DeclarationSpec {
     /// Allowed keys: `description` (required, non-empty string), `tools` (a list of strings
     /// or a comma-separated string; entries are trimmed and must be non-empty), `model`
     /// (non-empty string), `steps` (integer 1..=1000), `temperature` (number 0.0..=2.0),
-    /// `top_p` (number, 0 < x <= 1). Strings must be YAML strings (quote `"42"` if needed).
+    /// `top_p` (number, 0 < x <= 1), `workspace` (a mapping with `mode`, `isolated` or
+    /// `shared`, and for isolated `path`, an existing directory resolved against the
+    /// workspace that holds the file's `subagents/` folder; see the `workspace` field).
+    /// Strings must be YAML strings (quote `"42"` if needed).
     ///
     /// # Errors
     /// - [`SpecErrorKind::InvalidId`]: the file name is not a valid id.
@@ -87,11 +93,14 @@ impl DeclarationSpec {
     ///   such as `topP` or `maxIters` get a "did you mean" hint).
     /// - [`SpecErrorKind::InvalidValue`]: a wrong type or range, or a repeated key (with key
     ///   and file line), or front matter that is not a mapping.
-    /// - [`SpecErrorKind::MissingKey`]: no `description` (also for empty front matter).
+    /// - [`SpecErrorKind::MissingKey`]: no `description` (also for empty front matter), or a
+    ///   `workspace` without `mode`, or isolated without `path` (key `workspace.mode` /
+    ///   `workspace.path`).
+    /// - [`SpecErrorKind::Missing`]: a `workspace.path` that is not an existing directory.
     pub fn parse_markdown(file: &Path, text: &str) -> Result<DeclarationSpec, SpecError> {
         let id = id_from_file(file)?;
         let (yaml, body) = split_front_matter(file, text)?;
-        let fm = parse_front_matter(file, yaml)?;
+        let fm = parse_front_matter(file, &id, yaml)?;
         let description = fm.description.ok_or_else(|| {
             SpecError::new(
                 SpecErrorKind::MissingKey,
@@ -181,7 +190,7 @@ struct FrontMatter {
     workspace: Option<SubagentWorkspace>,
 }
 
-fn parse_front_matter(file: &Path, yaml: &str) -> Result<FrontMatter, SpecError> {
+fn parse_front_matter(file: &Path, id: &str, yaml: &str) -> Result<FrontMatter, SpecError> {
     let file_line = |err: &serde_yaml_ng::Error| {
         err.location()
             .map(|loc| loc.line() + FRONT_MATTER_FIRST_LINE - 1)
@@ -204,7 +213,7 @@ fn parse_front_matter(file: &Path, yaml: &str) -> Result<FrontMatter, SpecError>
         .parent()
         .and_then(Path::parent)
         .unwrap_or(Path::new("."));
-    FrontMatterVisitor(&ctx, base)
+    FrontMatterVisitor(&ctx, base, id)
         .deserialize(serde_yaml_ng::Deserializer::from_str(yaml))
         .map_err(|err| {
             // Without a recorded detail, serde rejected a top level that is not a mapping.
@@ -236,7 +245,8 @@ fn shift_line_numbers(message: &str, by: usize) -> String {
     out
 }
 
-struct FrontMatterVisitor<'a>(&'a Ctx, &'a Path);
+/// The checks' context, the workspace relative paths resolve against, the id.
+struct FrontMatterVisitor<'a>(&'a Ctx, &'a Path, &'a str);
 
 impl<'de> DeserializeSeed<'de> for FrontMatterVisitor<'_> {
     type Value = FrontMatter;
@@ -285,7 +295,10 @@ impl<'de> Visitor<'de> for FrontMatterVisitor<'_> {
                 }
                 "top_p" => fm.top_p = Some(map.next_value_seed(Check::new(at, Number::TopP))?),
                 "workspace" => {
-                    let rule = workspace::WorkspaceRule { base: self.1 };
+                    let rule = workspace::WorkspaceRule {
+                        base: self.1,
+                        id: self.2,
+                    };
                     fm.workspace = Some(map.next_value_seed(Check::new(at, rule))?);
                 }
                 // Unreachable: the key check only yields FRONT_MATTER_KEYS.

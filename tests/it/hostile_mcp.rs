@@ -14,7 +14,7 @@ use crate::support::*;
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hostile_mcp.js");
 
 /// The hostile server in `mode`, or `None` (with a message) when `node` is missing.
-fn hostile(mode: &str) -> Option<McpServerConfig> {
+pub fn hostile(mode: &str) -> Option<McpServerConfig> {
     let node = std::process::Command::new("node")
         .arg("--version")
         .output()

@@ -1,6 +1,7 @@
 //! Property tests: for random delegation trees (code and Markdown declarations, random
-//! allowlists, random `tools.json`, random hook-contributed tools, toolkits with deletion
-//! allowed or forbidden), the subagent invariants hold.
+//! allowlists, random `tools.json`, random child workspaces with their own `tools.json`,
+//! random hook-contributed tools, toolkits with deletion allowed or forbidden), the
+//! subagent invariants hold.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,6 +23,23 @@ fn universe() -> Vec<&'static str> {
         .copied()
         .chain([SPAWN_TOOL])
         .collect()
+}
+
+/// A random `tools.json`: (allow mask, deny mask) over the universe.
+type PolicyMasks = (Vec<bool>, Vec<bool>);
+
+/// A `tools.json` as (allow, deny) names.
+type Policy = (Vec<String>, Vec<String>);
+
+/// Whether the policy (`None`: no file) permits `name`, as documented on `ToolsPolicy`.
+fn permits(policy: Option<&Policy>, name: &str) -> bool {
+    match policy {
+        None => true,
+        Some((allow, deny)) => {
+            !deny.iter().any(|d| d == name)
+                && (allow.is_empty() || name == SPAWN_TOOL || allow.iter().any(|a| a == name))
+        }
+    }
 }
 
 fn pick(mask: &[bool], names: &[&'static str]) -> Vec<String> {
@@ -187,26 +205,35 @@ struct Case {
     base: Vec<bool>,
     hook_tools: Vec<bool>,
     hook_filter: Vec<bool>,
-    policy: Option<(Vec<bool>, Vec<bool>)>,
+    policy: Option<PolicyMasks>,
     no_deletion: bool,
-    decls: Vec<(bool, Vec<bool>)>,
+    decls: Vec<DeclCase>,
 }
+
+/// (Markdown?, allowlist mask, the policy of an isolated child workspace if any, the
+/// policy of the workspace of a subagent declared in that child workspace if any)
+type DeclCase = (bool, Vec<bool>, Option<PolicyMasks>, Option<PolicyMasks>);
 
 fn case() -> impl Strategy<Value = Case> {
     let n = universe().len();
+    let masks = move |allow: f64, deny: f64| {
+        (
+            prop::collection::vec(prop::bool::weighted(allow), n),
+            prop::collection::vec(prop::bool::weighted(deny), n),
+        )
+    };
     (
         prop::collection::vec(any::<bool>(), BASE.len()),
         prop::collection::vec(any::<bool>(), HOOKED.len()),
         prop::collection::vec(any::<bool>(), HOOKED.len()),
-        prop::option::of((
-            prop::collection::vec(prop::bool::weighted(0.4), n),
-            prop::collection::vec(prop::bool::weighted(0.15), n),
-        )),
+        prop::option::of(masks(0.4, 0.15)),
         any::<bool>(),
         prop::collection::vec(
             (
                 any::<bool>(),
                 prop::collection::vec(prop::bool::weighted(0.5), n),
+                prop::option::weighted(0.6, masks(0.5, 0.25)),
+                prop::option::weighted(0.5, masks(0.5, 0.25)),
             ),
             1..=3,
         ),
@@ -237,13 +264,7 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
             &json!({"allow": allow, "deny": deny}).to_string(),
         );
     }
-    let permitted_by_policy = |name: &str| match &policy {
-        None => true,
-        Some((allow, deny)) => {
-            !deny.iter().any(|d| d == name)
-                && (allow.is_empty() || name == SPAWN_TOOL || allow.iter().any(|a| a == name))
-        }
-    };
+    let permitted_by_policy = |name: &str| permits(policy.as_ref(), name);
     let mut tools = Toolkit::new();
     for name in pick(&case.base, &BASE) {
         tools.register(recording_tool(&name, &obs)).unwrap();
@@ -302,32 +323,66 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
     let mut b = root(Agent::builder());
     let mut allowlists: HashMap<String, Vec<String>> = HashMap::new();
     let mut own_hooked: HashSet<String> = HashSet::new();
-    for (i, (markdown, mask)) in case.decls.iter().enumerate() {
+    let mut child_policies: HashMap<String, Policy> = HashMap::new();
+    for (i, (markdown, mask, child_policy, nested_policy)) in case.decls.iter().enumerate() {
         let id = format!("d{i}");
         let allow: Vec<String> = pick(mask, &all)
             .into_iter()
             .filter(|n| expected_root.contains(n))
             .collect();
         allowlists.insert(id.clone(), allow.clone());
+        // An isolated child workspace `c<i>/` with its own tools.json.
+        let root = child_policy.as_ref().map(|(allow_mask, deny_mask)| {
+            let p = (pick(allow_mask, &all), pick(deny_mask, &all));
+            let root = ws.0.join(format!("c{i}"));
+            std::fs::create_dir_all(&root).unwrap();
+            let text = json!({"allow": p.0, "deny": p.1}).to_string();
+            std::fs::write(root.join("tools.json"), text).unwrap();
+            child_policies.insert(id.clone(), p);
+            // Its own `subagents/` declares `n<i>` (empty allowlist), spawned when the
+            // child may delegate, optionally in a nested isolated workspace `nest/`.
+            let nested = format!("n{i}");
+            std::fs::create_dir_all(root.join("subagents")).unwrap();
+            let mut front = format!("description: {nested}\n");
+            if let Some((allow_mask, deny_mask)) = nested_policy {
+                let p = (pick(allow_mask, &all), pick(deny_mask, &all));
+                std::fs::create_dir_all(root.join("nest")).unwrap();
+                let text = json!({"allow": p.0, "deny": p.1}).to_string();
+                std::fs::write(root.join("nest/tools.json"), text).unwrap();
+                child_policies.insert(nested.clone(), p);
+                front.push_str("workspace: {mode: isolated, path: nest}\n");
+            }
+            let file = root.join(format!("subagents/{nested}.md"));
+            std::fs::write(file, format!("---\n{front}---\n")).unwrap();
+            allowlists.insert(nested, Vec::new());
+            root
+        });
         if *markdown {
+            let workspace = match &root {
+                Some(_) => format!("workspace: {{mode: isolated, path: c{i}}}\n"),
+                None => String::new(),
+            };
             ws.write(
                 &format!("subagents/{id}.md"),
-                &format!("---\ndescription: {id}\ntools: {}\n---\n", json!(allow)),
+                &format!(
+                    "---\ndescription: {id}\ntools: {}\n{workspace}---\n",
+                    json!(allow)
+                ),
             );
         } else {
             own_hooked.insert(id.clone());
-            b = b.subagent(
-                SubagentDeclaration::builder(&id)
-                    .description(&id)
-                    .tools(allow)
-                    .hook(Probe {
-                        label: id.clone(),
-                        inherit: true,
-                        obs: obs.clone(),
-                    })
-                    .build()
-                    .unwrap(),
-            );
+            let mut decl = SubagentDeclaration::builder(&id)
+                .description(&id)
+                .tools(allow)
+                .hook(Probe {
+                    label: id.clone(),
+                    inherit: true,
+                    obs: obs.clone(),
+                });
+            if let Some(root) = root {
+                decl = decl.workspace(SubagentWorkspace::isolated(root));
+            }
+            b = b.subagent(decl.build().unwrap());
         }
     }
     let agent = b.build().unwrap();
@@ -340,7 +395,9 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
     prop_assert_eq!(reply.text(), "done");
 
     let obs = obs.lock().unwrap();
-    // 1. Tools only narrow down the tree.
+    // 1. Tools only narrow down the tree: a child's tools are within its parent's ∩ its
+    //    allowlist ∩ the workspace policy ∩ its own workspace policy, and — the delegation
+    //    tool aside — are exactly that intersection.
     for (id, (name, parent, offered)) in &obs.agents {
         let Some(parent) = parent else {
             prop_assert_eq!(offered, &expected_root);
@@ -348,7 +405,24 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
         };
         let parent_tools = &obs.agents[parent].2;
         let allow = &allowlists[name];
+        let own = child_policies.get(name);
+        let within = |tool: &str| {
+            parent_tools.iter().any(|t| t == tool)
+                && (allow.is_empty() || allow.iter().any(|a| a == tool))
+                && permitted_by_policy(tool)
+                && permits(own, tool)
+        };
+        let expected: HashSet<&String> = parent_tools
+            .iter()
+            .filter(|t| *t != SPAWN_TOOL && within(t))
+            .collect();
+        let got: HashSet<&String> = offered.iter().filter(|t| *t != SPAWN_TOOL).collect();
+        prop_assert_eq!(got, expected, "{} ({}) tools", id, name);
         for tool in offered {
+            prop_assert!(
+                permits(own, tool),
+                "{name} has {tool} against its own workspace's tools.json"
+            );
             prop_assert!(
                 parent_tools.contains(tool),
                 "{id} ({name}) has {tool}, its parent does not"
@@ -392,7 +466,23 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
             );
         }
     }
-    // 3. The parent-only hook never saw a child event.
+    // 3. An isolated child that may delegate spawns the subagent its own `subagents/`
+    //    declares (the model spawns every listed subagent).
+    for (id, (name, _, offered)) in &obs.agents {
+        let Some(i) = name.strip_prefix('d') else {
+            continue;
+        };
+        if child_policies.contains_key(name) && offered.iter().any(|t| t == SPAWN_TOOL) {
+            let nested = format!("n{i}");
+            prop_assert!(
+                obs.agents
+                    .values()
+                    .any(|(n, p, _)| *n == nested && p.as_deref() == Some(id.as_str())),
+                "{name} ({id}) did not spawn {nested} from its own folder"
+            );
+        }
+    }
+    // 4. The parent-only hook never saw a child event.
     prop_assert!(!obs.parent_only_depths.is_empty());
     prop_assert!(obs.parent_only_depths.iter().all(|d| *d == 0));
     Ok(())

@@ -34,6 +34,21 @@ fn spawn_once() -> ScriptedModel {
     ])
 }
 
+/// A parent with the tools `read` and `write`, the workspace `ws` and the subagent `decl`.
+fn read_write_parent(
+    model: &ScriptedModel,
+    log: &Log,
+    ws: &TempDir,
+    decl: SubagentDeclaration,
+) -> Agent {
+    builder(model)
+        .toolkit(read_write(log))
+        .workspace(&ws.0)
+        .subagent(decl)
+        .build()
+        .unwrap()
+}
+
 /// A workspace with a child root `child/` whose tools.json is `policy`.
 fn with_child_policy(label: &str, policy: &str) -> TempDir {
     let ws = TempDir::new(label);
@@ -47,12 +62,7 @@ async fn an_empty_allowlist_still_applies_the_child_workspace_policy() {
     let ws = with_child_policy("empty-allow", r#"{"deny": ["write"]}"#);
     let log = Log::default();
     let model = spawn_once();
-    let agent = builder(&model)
-        .toolkit(read_write(&log))
-        .workspace(&ws.0)
-        .subagent(isolated("w", &[], "child"))
-        .build()
-        .unwrap();
+    let agent = read_write_parent(&model, &log, &ws, isolated("w", &[], "child"));
     assert!(agent.tool_names().iter().any(|t| t == "write"));
     agent.call(Msg::user("go")).await.unwrap();
     assert_eq!(offered(&model, 1), ["read"]);
@@ -85,12 +95,7 @@ async fn a_child_policy_cannot_widen_the_parents() {
     ws.write("tools.json", r#"{"deny": ["write"]}"#);
     let log = Log::default();
     let model = spawn_once();
-    let agent = builder(&model)
-        .toolkit(read_write(&log))
-        .workspace(&ws.0)
-        .subagent(isolated("w", &[], "child"))
-        .build()
-        .unwrap();
+    let agent = read_write_parent(&model, &log, &ws, isolated("w", &[], "child"));
     agent.call(Msg::user("go")).await.unwrap();
     assert_eq!(offered(&model, 1), ["read"]);
 }
@@ -130,6 +135,22 @@ async fn a_malformed_child_tools_json_fails_the_spawn_for_a_dynamic_declaration(
     assert!(r.1 && r.2.contains("tools.json"), "{r:?}");
 }
 
+/// Writes the declaration `rel` and asserts the build fails naming it with `expected`
+/// (kind, line, key).
+fn assert_md_error(
+    ws: &TempDir,
+    rel: &str,
+    text: &str,
+    expected: (SpecErrorKind, Option<usize>, Option<&str>),
+) {
+    let path = ws.write(rel, text);
+    let model = ScriptedModel::new([]);
+    let err = builder(&model).workspace(&ws.0).build().unwrap_err();
+    let spec = err.workspace_error().unwrap();
+    assert_eq!(spec.file(), path);
+    assert_eq!((spec.kind(), spec.line(), spec.key()), expected, "{err}");
+}
+
 #[test]
 fn markdown_workspace_key_errors_name_file_line_and_key() {
     let ws = TempDir::new("md-ws");
@@ -155,16 +176,7 @@ fn markdown_workspace_key_errors_name_file_line_and_key() {
         ),
     ];
     for (text, kind, line, key) in cases {
-        let path = ws.write("subagents/x.md", text);
-        let model = ScriptedModel::new([]);
-        let err = builder(&model).workspace(&ws.0).build().unwrap_err();
-        let spec = err.workspace_error().unwrap();
-        assert_eq!(spec.file(), path);
-        assert_eq!(
-            (spec.kind(), spec.line(), spec.key()),
-            (kind, Some(line), Some(key)),
-            "{err}"
-        );
+        assert_md_error(&ws, "subagents/x.md", text, (kind, Some(line), Some(key)));
     }
     // Missing path for an isolated workspace, and a path for a shared one.
     for (text, key) in [
@@ -219,4 +231,206 @@ fn a_relative_child_workspace_without_a_parent_workspace_fails_the_build() {
         .unwrap_err();
     assert_eq!(err.kind(), BuildErrorKind::InvalidDeclaration);
     assert!(err.to_string().contains("relative"), "{err}");
+}
+
+/// A parent script for two calls, each spawning `w` once.
+fn spawn_twice() -> ScriptedModel {
+    ScriptedModel::new([
+        spawn("w", "t"),
+        ScriptedTurn::text("c"),
+        ScriptedTurn::text("p"),
+        spawn("w", "t"),
+        ScriptedTurn::text("c"),
+        ScriptedTurn::text("p"),
+    ])
+}
+
+#[tokio::test]
+async fn an_edited_child_policy_applies_from_the_next_spawn() {
+    let ws = with_child_policy("edit-child", "{}");
+    let log = Log::default();
+    let model = spawn_twice();
+    let agent = read_write_parent(&model, &log, &ws, isolated("w", &[], "child"));
+    agent.call(Msg::user("go")).await.unwrap();
+    assert_eq!(offered(&model, 1), ["read", "write"]);
+    ws.write("child/tools.json", r#"{"deny": ["write"]}"#);
+    agent.call(Msg::user("again")).await.unwrap();
+    assert_eq!(offered(&model, 4), ["read"], "the cached child was rebuilt");
+}
+
+#[tokio::test]
+async fn a_child_tools_json_broken_after_a_spawn_fails_the_next_spawn() {
+    let ws = with_child_policy("break-child", r#"{"deny": ["write"]}"#);
+    let log = Log::default();
+    let model = ScriptedModel::new([
+        spawn("w", "t"),
+        ScriptedTurn::text("c"),
+        ScriptedTurn::text("p"),
+        spawn("w", "t"),
+        ScriptedTurn::text("p"),
+    ]);
+    let agent = read_write_parent(&model, &log, &ws, isolated("w", &[], "child"));
+    agent.call(Msg::user("go")).await.unwrap();
+    assert_eq!(offered(&model, 1), ["read"]);
+    ws.write("child/tools.json", r#"{"deny": ["write"],}"#);
+    agent.call(Msg::user("again")).await.unwrap();
+    let r = results_in_request(&model, 4).pop().unwrap();
+    assert!(r.1, "the spawn failed closed: {r:?}");
+    assert!(r.2.contains("child/tools.json"), "{r:?}");
+}
+
+/// A parent that spawns `w`, whose child spawns `inner`; everyone then answers.
+fn spawn_nested() -> ScriptedModel {
+    ScriptedModel::new([
+        spawn("w", "t"),
+        spawn("inner", "t"),
+        ScriptedTurn::text("i"),
+        ScriptedTurn::text("c"),
+        ScriptedTurn::text("p"),
+    ])
+}
+
+/// The subagent ids listed in the delegation tool of request `n`.
+fn listed(model: &ScriptedModel, n: usize) -> Vec<String> {
+    let request = &model.requests()[n];
+    let Some(spawn) = request.tools.iter().find(|t| t.name == SPAWN_TOOL) else {
+        return Vec::new();
+    };
+    spawn
+        .description
+        .lines()
+        .filter_map(|l| l.strip_prefix("- ")?.split_once(':'))
+        .map(|(id, _)| id.to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn an_isolated_childs_own_subagents_folder_declares_its_nested_subagents() {
+    let ws = with_child_policy("nested", "{}");
+    ws.write("subagents/outer.md", &md("the parent's own", "[read]"));
+    std::fs::create_dir_all(ws.0.join("child/subagents")).unwrap();
+    std::fs::create_dir_all(ws.0.join("child/inner-ws")).unwrap();
+    // A relative path in the child's file resolves against the child's root.
+    ws.write(
+        "child/subagents/inner.md",
+        "---\ndescription: inner\nworkspace: {mode: isolated, path: inner-ws}\n---\nYou dig.\n",
+    );
+    ws.write("child/inner-ws/tools.json", r#"{"deny": ["write"]}"#);
+    let log = Log::default();
+    let model = spawn_nested();
+    let decl = isolated("w", &["read", "write", SPAWN_TOOL], "child");
+    let agent = read_write_parent(&model, &log, &ws, decl);
+    agent.call(Msg::user("go")).await.unwrap();
+    assert_eq!(listed(&model, 0), ["w", "outer"]);
+    assert_eq!(
+        listed(&model, 1),
+        ["w", "inner"],
+        "its own folder, not its parent's"
+    );
+    // The empty allowlist inherits the child's tools (not the delegation tool), minus
+    // the nested workspace's deny.
+    assert_eq!(offered(&model, 2), ["read"]);
+    let r = &results_in_request(&model, 3)[0];
+    assert!(!r.1 && r.2.contains("status: completed"), "{r:?}");
+}
+
+#[test]
+fn a_broken_nested_declaration_fails_the_top_level_build_only_if_the_child_delegates() {
+    let ws = with_child_policy("nested-bad", "{}");
+    std::fs::create_dir_all(ws.0.join("child/subagents")).unwrap();
+    let bad = ws.write("child/subagents/bad.md", "---\ndescripton: typo\n---\n");
+    let log = Log::default();
+    let model = ScriptedModel::new([]);
+    let err = builder(&model)
+        .toolkit(read_write(&log))
+        .workspace(&ws.0)
+        .subagent(isolated("w", &["read", SPAWN_TOOL], "child"))
+        .build()
+        .unwrap_err();
+    let spec = err.workspace_error().unwrap();
+    assert_eq!(
+        (spec.file(), spec.line()),
+        (bad.as_path(), Some(2)),
+        "{err}"
+    );
+    // A child that cannot delegate never reads the folder.
+    builder(&model)
+        .toolkit(read_write(&log))
+        .workspace(&ws.0)
+        .subagent(isolated("w", &["read"], "child"))
+        .build()
+        .unwrap();
+    // Nor does one at the maximum depth.
+    builder(&model)
+        .toolkit(read_write(&log))
+        .workspace(&ws.0)
+        .max_depth(1)
+        .subagent(isolated("w", &["read", SPAWN_TOOL], "child"))
+        .build()
+        .unwrap();
+}
+
+#[test]
+fn general_purpose_always_shares_its_parents_workspace() {
+    let err = SubagentDeclaration::builder(GENERAL_PURPOSE)
+        .description("d")
+        .workspace(SubagentWorkspace::isolated("child"))
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), BuildErrorKind::InvalidDeclaration);
+    assert!(err.to_string().contains("always shares"), "{err}");
+    let ws = with_child_policy("gp-md", "{}");
+    assert_md_error(
+        &ws,
+        "subagents/general-purpose.md",
+        "---\ndescription: d\nworkspace: {mode: isolated, path: child}\n---\n",
+        (SpecErrorKind::InvalidValue, Some(3), Some("workspace.mode")),
+    );
+}
+
+#[tokio::test]
+async fn a_relative_parent_workspace_resolves_a_markdown_child_root_once() {
+    let ws = with_child_policy("relative", r#"{"deny": ["write"]}"#);
+    ws.write(
+        "subagents/w.md",
+        "---\ndescription: w\nworkspace: {mode: isolated, path: child}\n---\n",
+    );
+    // The workspace as a path relative to the current directory.
+    let cwd = std::env::current_dir().unwrap();
+    let mut relative = std::path::PathBuf::new();
+    for _ in cwd.components().skip(1) {
+        relative.push("..");
+    }
+    relative.push(ws.0.strip_prefix("/").unwrap());
+    let log = Log::default();
+    let model = spawn_once();
+    let agent = builder(&model)
+        .toolkit(read_write(&log))
+        .workspace(&relative)
+        .build()
+        .unwrap();
+    agent.call(Msg::user("go")).await.unwrap();
+    assert_eq!(offered(&model, 1), ["read"]);
+}
+
+#[cfg(feature = "mcp")]
+#[tokio::test]
+async fn a_child_workspace_deny_removes_an_mcp_tool() {
+    let Some(server) = crate::hostile_mcp::hostile("calls") else {
+        return;
+    };
+    let ws = with_child_policy("mcp-child", r#"{"deny": ["mcp__h__echo"]}"#);
+    let log = Log::default();
+    let model = spawn_once();
+    let agent = builder(&model)
+        .toolkit(toolkit_with(vec![named_tool("read", &log)]))
+        .mcp_server("h", server.enable_tools(["echo", "deep"]))
+        .workspace(&ws.0)
+        .subagent(isolated("w", &[], "child"))
+        .build_async()
+        .await
+        .unwrap();
+    assert!(agent.tool_names().iter().any(|t| t == "mcp__h__echo"));
+    agent.call(Msg::user("go")).await.unwrap();
+    assert_eq!(offered(&model, 1), ["read", "mcp__h__deep"]);
 }
