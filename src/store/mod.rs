@@ -118,13 +118,14 @@ macro_rules! engine_store_traits {
     };
 }
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
 mod lease;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
 
-pub use lease::{Lease, SessionLeases};
+pub use crate::agent::{Lease, LeaseConfig, SessionLeases};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresSessionStore, PostgresSessionStoreBuilder};
 #[cfg(feature = "redis")]

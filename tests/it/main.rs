@@ -62,6 +62,7 @@ mod providers_transport;
 #[cfg(feature = "openai")]
 mod real_model;
 mod sessions;
+mod store_agents;
 mod store_contract;
 #[cfg(feature = "postgres")]
 mod store_postgres;

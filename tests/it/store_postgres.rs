@@ -56,7 +56,7 @@ async fn raw(url: &str) -> tokio_postgres::Client {
     client
 }
 
-fn harness(url: &str) -> Harness<PostgresSessionStore> {
+pub fn harness(url: &str) -> Harness<PostgresSessionStore> {
     let table = fresh_table();
     let (make_url, make_table) = (url.to_owned(), table.clone());
     let corrupt_url = url.to_owned();

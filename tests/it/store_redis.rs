@@ -36,7 +36,7 @@ fn fresh_prefix() -> String {
     )
 }
 
-fn harness(url: &str) -> Harness<RedisSessionStore> {
+pub fn harness(url: &str) -> Harness<RedisSessionStore> {
     let prefix = fresh_prefix();
     let (make_url, make_prefix) = (url.to_owned(), prefix.clone());
     let corrupt_url = url.to_owned();
