@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::OwnedMutexGuard;
 
+use super::approvals::ApprovalDecisions;
 use super::lease::HeldLease;
 use super::store::{DynSessionStore, StoreError, StoreErrorKind};
 
@@ -182,8 +183,26 @@ impl super::AgentInner {
     /// Opens a session for one call: waits for its slot (the in-process FIFO), then,
     /// with leasing, acquires its lease (a [`StoreErrorKind::Busy`] when another holder
     /// keeps it past the wait), then brings the conversation in line with the store.
-    /// On a failure nothing ran and the lease, if acquired, is released.
-    pub(crate) async fn open_memory(&self, key: &SessionKey) -> Result<CallMemory, StoreError> {
+    /// With `resume` (the decisions of a call without input), fails with
+    /// [`StoreErrorKind::Conflict`] when they are stale on the conversation
+    /// ([`ApprovalDecisions::stale_on`]: another call resumed first).
+    /// On a failure nothing ran, the conversation is unchanged and the lease, if
+    /// acquired, is released.
+    pub(crate) async fn open_memory(
+        &self,
+        key: &SessionKey,
+        resume: Option<&ApprovalDecisions>,
+    ) -> Result<CallMemory, StoreError> {
+        let mut memory = self.open_synced(key).await?;
+        if let Some(why) = resume.and_then(|d| d.stale_on(memory.messages())) {
+            memory.disarm();
+            memory.abandon().await;
+            return Err(StoreError::with_kind(StoreErrorKind::Conflict, key, why));
+        }
+        Ok(memory)
+    }
+
+    async fn open_synced(&self, key: &SessionKey) -> Result<CallMemory, StoreError> {
         let slot = self.sessions.slot(key);
         let guard = Arc::clone(&slot).lock_owned().await;
         let Some(store) = &self.store else {

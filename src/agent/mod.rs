@@ -47,6 +47,7 @@
 //! waits, then fails with [`StoreErrorKind::Busy`] without running its model or tools.
 
 mod acting;
+mod approvals;
 mod builder;
 mod delegation;
 mod file_store;
@@ -68,11 +69,13 @@ pub(crate) use delegation::{
 
 pub use crate::context::{AgentInfo, Extensions, RunContext, StopReason};
 pub use acting::MAX_PRE_ACTING_PASSES;
+pub use approvals::{ApprovalDecision, ApprovalDecisions};
 pub use file_store::FileSessionStore;
 pub use lease::{Lease, LeaseConfig, SessionLeases};
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) use lease::{acquire_polling, ttl_millis};
 pub use memory::SessionKey;
+pub(crate) use memory::pending_tool_uses;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) use store::next_version;
 pub use store::{InMemorySessionStore, SessionStore, StoreError, StoreErrorKind, StoredSession};

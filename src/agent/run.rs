@@ -131,7 +131,13 @@ impl AgentInner {
         let key = SessionKey::new(ctx.user_id(), ctx.session_id());
         // The session's slot (in-process FIFO), its lease (with leasing), in line
         // with the store; on a failure (e.g. `Busy`) nothing ran.
-        let mut memory = match self.open_memory(&key).await {
+        // A resume (no input) with approval decisions that another call already
+        // resumed fails with a `Conflict`, the conversation untouched.
+        let resume = input
+            .is_empty()
+            .then(|| ctx.extensions().get::<super::ApprovalDecisions>())
+            .flatten();
+        let mut memory = match self.open_memory(&key, resume.as_deref()).await {
             Ok(memory) => memory,
             Err(e) => return Err(self.fail(Error::store(e), &ctx, mode, Vec::new()).await),
         };

@@ -61,6 +61,7 @@ mod providers_support;
 mod providers_transport;
 #[cfg(feature = "openai")]
 mod real_model;
+mod replicas;
 mod sessions;
 mod store_agents;
 mod store_contract;
