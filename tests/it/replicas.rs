@@ -196,3 +196,263 @@ mod postgres {
         crate::store_postgres::postgres_url().map(|u| crate::store_postgres::harness(&u))
     );
 }
+
+// ---------------------------------------------------------------------------------
+// Two OS processes (issue 15, 6a): this test binary re-runs itself twice as replica
+// workers (`replica_worker`, ignored in normal runs), each with its own agent and
+// store client on one namespace, interleaving calls on the same sessions.
+
+/// Calls in total (half per replica) and sessions they are spread over.
+const CALLS: usize = 2_000;
+const SESSIONS: usize = 100;
+
+/// Answers the last user message with a call of `work` tagged with its text, and the
+/// tool's result with `ack <tag>`.
+struct EchoModel;
+
+impl Model for EchoModel {
+    fn name(&self) -> &str {
+        "echo"
+    }
+
+    fn stream(&self, request: ModelRequest) -> ModelStream {
+        let tag = request
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::User)
+            .map(Msg::text)
+            .unwrap_or_default();
+        let fresh = request
+            .messages
+            .last()
+            .is_some_and(|m| m.role == Role::User);
+        let chunk = if fresh {
+            ModelChunk::ToolCall {
+                index: 0,
+                id: Some("c".into()),
+                name: Some("work".into()),
+                arguments: json!({ "tag": tag }).to_string(),
+            }
+        } else {
+            ModelChunk::Text(format!("ack {tag}"))
+        };
+        Box::pin(futures::stream::iter([Ok(chunk)]))
+    }
+}
+
+/// A small deterministic generator (no dependency needed for test jitter).
+fn next(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// The calls of replica `r`: `(session, tag)` in issue order; the sessions of both
+/// replicas interleave (one shared seed picks each call's replica and session).
+fn plan(r: usize) -> Vec<(usize, String)> {
+    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+    let mut seq = vec![0usize; SESSIONS];
+    let mut calls = Vec::new();
+    for i in 0..CALLS {
+        let session = (next(&mut state) % SESSIONS as u64) as usize;
+        if i % 2 == r {
+            calls.push((session, format!("r{r}-s{session}-n{}", seq[session])));
+            seq[session] += 1;
+        }
+    }
+    calls
+}
+
+/// One replica, when run as a worker (`REIN_REPLICA=<0|1>`): sends its calls (each
+/// session's in order, all sessions concurrently) and prints one `RESULT <tag>
+/// <ok|busy|conflict|error:...>` line per call and one `RAN <tag>` line per tool run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a worker process of two_replica_processes_interleaving_2000_calls_keep_every_history"]
+async fn replica_worker() {
+    let Ok(r) = std::env::var("REIN_REPLICA") else {
+        return;
+    };
+    let r: usize = r.parse().unwrap();
+    let ns = std::env::var("REIN_REPLICA_NS").unwrap();
+    match std::env::var("REIN_REPLICA_ENGINE").unwrap().as_str() {
+        #[cfg(feature = "redis")]
+        "redis" => {
+            let url = std::env::var("REIN_REDIS_URL").unwrap();
+            work(r, crate::store_redis::harness_in(&url, &ns)).await;
+        }
+        #[cfg(feature = "postgres")]
+        "postgres" => {
+            let url = std::env::var("REIN_POSTGRES_URL").unwrap();
+            work(r, crate::store_postgres::harness_in(&url, &ns)).await;
+        }
+        other => panic!("unknown engine {other}"),
+    }
+}
+
+async fn work<S: Leased>(r: usize, h: Harness<S>) {
+    let ran = FunctionTool::new(
+        "work",
+        "works for a random moment",
+        json!({"type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]}),
+        move |args| async move {
+            let tag = args["tag"].as_str().unwrap_or_default().to_owned();
+            let mut state = tag
+                .bytes()
+                .fold(1u64, |a, b| a.wrapping_mul(31) ^ u64::from(b))
+                | 1;
+            tokio::time::sleep(std::time::Duration::from_millis(next(&mut state) % 8)).await;
+            println!("RAN {tag}");
+            Ok(format!("ran {tag}"))
+        },
+    );
+    let mut tools = Toolkit::new();
+    tools.register(ran).unwrap();
+    let agent = Agent::builder()
+        .model(EchoModel)
+        .without_global_hooks()
+        .toolkit(tools)
+        .leased_session_store(h.client().await, config(10_000, 1_000))
+        .build()
+        .unwrap();
+    let mut by_session: Vec<Vec<String>> = vec![Vec::new(); SESSIONS];
+    for (s, tag) in plan(r) {
+        by_session[s].push(tag);
+    }
+    let chains = by_session.into_iter().enumerate().map(|(s, tags)| {
+        let agent = agent.clone();
+        async move {
+            for tag in tags {
+                let ctx = RunContext::new().with_session_id(format!("s{s}"));
+                let outcome = match agent.call_with(vec![Msg::user(tag.clone())], ctx).await {
+                    Ok(_) => "ok".to_owned(),
+                    Err(e) => match e.store_error().map(StoreError::kind) {
+                        Some(StoreErrorKind::Busy) => "busy".to_owned(),
+                        Some(StoreErrorKind::Conflict) => "conflict".to_owned(),
+                        _ => format!("error:{e}"),
+                    },
+                };
+                println!("RESULT {tag} {outcome}");
+            }
+        }
+    });
+    futures::future::join_all(chains).await;
+}
+
+/// Runs both workers on `engine` / namespace `ns`, then checks every session.
+async fn two_processes<S: Leased>(engine: &str, ns: &str, h: Harness<S>) {
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..2)
+        .map(|r| {
+            std::process::Command::new(&exe)
+                .args([
+                    "replicas::replica_worker",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                ])
+                .env("REIN_REPLICA", r.to_string())
+                .env("REIN_REPLICA_ENGINE", engine)
+                .env("REIN_REPLICA_NS", ns)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs = tokio::task::spawn_blocking(move || {
+        children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    let mut outcome = std::collections::HashMap::new();
+    let mut ran = std::collections::HashMap::<String, usize>::new();
+    for out in &outputs {
+        assert!(out.status.success(), "a replica failed: {out:?}");
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if let Some(rest) = line.strip_prefix("RESULT ") {
+                let (tag, how) = rest.split_once(' ').unwrap();
+                outcome.insert(tag.to_owned(), how.to_owned());
+            } else if let Some(tag) = line.strip_prefix("RAN ") {
+                *ran.entry(tag.to_owned()).or_default() += 1;
+            }
+        }
+    }
+    assert_eq!(outcome.len(), CALLS, "every call reported");
+    let count = |what: &str| outcome.values().filter(|v| *v == what).count();
+    let (ok, busy, conflict) = (count("ok"), count("busy"), count("conflict"));
+    assert_eq!(ok + busy + conflict, CALLS, "no other errors: {outcome:?}");
+    eprintln!("{engine}: {ok} acknowledged, {busy} busy, {conflict} conflict");
+    assert!(ok >= CALLS / 4, "calls land: {ok}");
+    for (tag, how) in &outcome {
+        let runs = ran.get(tag).copied().unwrap_or(0);
+        let want = usize::from(how == "ok");
+        assert_eq!(runs, want, "{tag} ({how}) ran its tool {runs} times");
+    }
+    let store = h.client().await;
+    for s in 0..SESSIONS {
+        let history = store.load(&key(&format!("s{s}"))).await.unwrap().messages;
+        assert_memory_valid(&history);
+        let users: Vec<String> = history
+            .iter()
+            .filter(|m| m.role == Role::User)
+            .map(Msg::text)
+            .collect();
+        let mut acked: Vec<&String> = outcome
+            .iter()
+            .filter(|(t, how)| *how == "ok" && t.contains(&format!("-s{s}-")))
+            .map(|(t, _)| t)
+            .collect();
+        acked.sort();
+        let mut stored: Vec<&String> = users.iter().collect();
+        stored.sort();
+        assert_eq!(
+            stored, acked,
+            "session s{s} holds every acknowledged turn once"
+        );
+        for r in 0..2 {
+            let seqs: Vec<usize> = users
+                .iter()
+                .filter(|t| t.starts_with(&format!("r{r}-")))
+                .map(|t| t.rsplit_once("-n").unwrap().1.parse().unwrap())
+                .collect();
+            assert!(
+                seqs.is_sorted(),
+                "s{s}: replica {r}'s turns in order: {seqs:?}"
+            );
+        }
+        for (i, m) in history.iter().enumerate() {
+            if m.role == Role::User {
+                assert_eq!(history[i + 3].text(), format!("ack {}", m.text()));
+            }
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replica_processes_interleaving_2000_calls_keep_every_history_on_redis() {
+    let Some(url) = crate::store_redis::redis_url() else {
+        return;
+    };
+    let ns = crate::store_redis::fresh_prefix();
+    two_processes("redis", &ns, crate::store_redis::harness_in(&url, &ns)).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replica_processes_interleaving_2000_calls_keep_every_history_on_postgres() {
+    let Some(url) = crate::store_postgres::postgres_url() else {
+        return;
+    };
+    let ns = crate::store_postgres::fresh_table();
+    two_processes(
+        "postgres",
+        &ns,
+        crate::store_postgres::harness_in(&url, &ns),
+    )
+    .await;
+}
