@@ -173,41 +173,9 @@ impl PostgresSessionStoreBuilder {
     /// [`StoreErrorKind::Unavailable`] when the server cannot be reached;
     /// [`StoreErrorKind::Io`] when the migration fails.
     pub async fn connect(self) -> Result<PostgresSessionStore, StoreError> {
-        let config_error = |m: String| StoreError::unkeyed(StoreErrorKind::Config, m);
-        let valid = match self.table.split_once('.') {
-            Some((schema, name)) => valid_identifier(schema) && valid_identifier(name),
-            None => valid_identifier(&self.table),
-        };
-        if !valid {
-            return Err(config_error(format!(
-                "invalid table name {:?}: use lowercase letters, digits and `_` (not first), \
-                 at most 48 bytes, optionally `schema.` first",
-                self.table
-            )));
-        }
-        let mut config = pg_config(self.url)?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(self.connect_timeout);
-        }
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(self.pool_size)
-            .runtime(Runtime::Tokio1)
-            .create_timeout(Some(self.connect_timeout))
-            .wait_timeout(Some(self.connect_timeout * 2))
-            .build()
-            .map_err(|e| config_error(format!("cannot build the PostgreSQL pool: {e}")))?;
+        let (pool, client) =
+            open_pool(self.url, &self.table, self.pool_size, self.connect_timeout).await?;
         let sql = Sql::new(&self.table);
-        let client = pool
-            .get()
-            .await
-            .map_err(|e| pool_error(None, "connecting to PostgreSQL", e))?;
         if self.migrate {
             client
                 .batch_execute(&sql.migrate)
@@ -221,6 +189,51 @@ impl PostgresSessionStoreBuilder {
             sql: Arc::new(sql),
         })
     }
+}
+
+/// Validates `table` (lowercase identifiers, optionally `schema.` first), builds a
+/// pool of `pool_size` connections and connects once (so a wrong URL, password or
+/// database fails here); returns the pool and that connection.
+pub(crate) async fn open_pool(
+    url: Option<String>,
+    table: &str,
+    pool_size: usize,
+    connect_timeout: Duration,
+) -> Result<(Pool, Object), StoreError> {
+    let config_error = |m: String| StoreError::unkeyed(StoreErrorKind::Config, m);
+    let valid = match table.split_once('.') {
+        Some((schema, name)) => valid_identifier(schema) && valid_identifier(name),
+        None => valid_identifier(table),
+    };
+    if !valid {
+        return Err(config_error(format!(
+            "invalid table name {table:?}: use lowercase letters, digits and `_` (not first), \
+             at most 48 bytes, optionally `schema.` first"
+        )));
+    }
+    let mut config = pg_config(url)?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(connect_timeout);
+    }
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let pool = Pool::builder(manager)
+        .max_size(pool_size)
+        .runtime(Runtime::Tokio1)
+        .create_timeout(Some(connect_timeout))
+        .wait_timeout(Some(connect_timeout * 2))
+        .build()
+        .map_err(|e| config_error(format!("cannot build the PostgreSQL pool: {e}")))?;
+    let client = pool
+        .get()
+        .await
+        .map_err(|e| pool_error(None, "connecting to PostgreSQL", e))?;
+    Ok((pool, client))
 }
 
 /// The connection configuration from the URL, `DATABASE_URL` or the `PG*` variables.
@@ -305,7 +318,11 @@ fn keyed(key: Option<&SessionKey>, kind: StoreErrorKind, message: String) -> Sto
     }
 }
 
-fn pg_error(key: Option<&SessionKey>, what: &str, e: &tokio_postgres::Error) -> StoreError {
+pub(crate) fn pg_error(
+    key: Option<&SessionKey>,
+    what: &str,
+    e: &tokio_postgres::Error,
+) -> StoreError {
     let detail = match e.as_db_error() {
         Some(db) => format!("{}: {}", db.severity(), db.message()),
         None => match std::error::Error::source(e) {
@@ -320,7 +337,7 @@ fn pg_error(key: Option<&SessionKey>, what: &str, e: &tokio_postgres::Error) -> 
     )
 }
 
-fn pool_error(key: Option<&SessionKey>, what: &str, e: PoolError) -> StoreError {
+pub(crate) fn pool_error(key: Option<&SessionKey>, what: &str, e: PoolError) -> StoreError {
     match e {
         PoolError::Backend(e) => pg_error(key, what, &e),
         PoolError::Timeout(t) => keyed(

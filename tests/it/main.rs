@@ -64,6 +64,8 @@ mod real_model;
 mod replicas;
 mod sessions;
 mod store_agents;
+#[cfg(feature = "postgres")]
+mod store_audit;
 mod store_contract;
 #[cfg(feature = "postgres")]
 mod store_postgres;
