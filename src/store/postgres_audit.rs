@@ -2,11 +2,10 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use deadpool_postgres::Pool;
 
-use super::postgres::{open_pool, pg_error, pool_error};
+use super::postgres::{PgOptions, open_pool, pg_builder_setters, pg_error, pool_error};
 use crate::agent::StoreError;
 use crate::hooks::{AuditRecord, AuditSink, AuditSinkError};
 
@@ -72,64 +71,20 @@ impl fmt::Debug for PostgresAuditSink {
 /// Configures and connects a [`PostgresAuditSink`]; from [`PostgresAuditSink::builder`].
 #[derive(Clone, Debug)]
 pub struct PostgresAuditSinkBuilder {
-    url: Option<String>,
-    table: String,
-    pool_size: usize,
-    connect_timeout: Duration,
-    migrate: bool,
+    opts: PgOptions,
 }
 
 impl Default for PostgresAuditSinkBuilder {
     fn default() -> Self {
         Self {
-            url: None,
-            table: DEFAULT_TABLE.to_owned(),
-            pool_size: 2,
-            connect_timeout: Duration::from_secs(5),
-            migrate: true,
+            // The hook writes one batch at a time.
+            opts: PgOptions::new(DEFAULT_TABLE, 2),
         }
     }
 }
 
 impl PostgresAuditSinkBuilder {
-    /// The connection URL. Default: `DATABASE_URL`, else the `PG*` variables.
-    #[must_use]
-    pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.url = Some(url.into());
-        self
-    }
-
-    /// The table (default `rein_audit`): lowercase letters, digits and `_` (not
-    /// first), at most 48 bytes, optionally `schema.` first. Anything else fails
-    /// [`connect`](Self::connect).
-    #[must_use]
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
-        self
-    }
-
-    /// The most connections the pool opens (default 2; the hook writes one batch at a
-    /// time).
-    #[must_use]
-    pub fn pool_size(mut self, size: usize) -> Self {
-        self.pool_size = size.max(1);
-        self
-    }
-
-    /// How long connecting may take (default 5 s).
-    #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Whether [`connect`](Self::connect) creates the table (default `true`); turn it
-    /// off when the documented SQL was run by hand.
-    #[must_use]
-    pub fn migrate(mut self, migrate: bool) -> Self {
-        self.migrate = migrate;
-        self
-    }
+    pg_builder_setters!("rein_audit", 2, "the table");
 
     /// Validates the table name, connects and runs the migration.
     ///
@@ -140,20 +95,17 @@ impl PostgresAuditSinkBuilder {
     /// when the server cannot be reached; [`StoreErrorKind::Io`](crate::StoreErrorKind::Io)
     /// when the migration fails.
     pub async fn connect(self) -> Result<PostgresAuditSink, StoreError> {
-        let (pool, client) =
-            open_pool(self.url, &self.table, self.pool_size, self.connect_timeout).await?;
+        let (pool, client) = open_pool(&self.opts).await?;
+        let table = self.opts.table;
         // `table` is validated: lowercase identifiers, optionally schema-qualified.
-        let (t, index) = match self.table.split_once('.') {
+        let (t, index) = match table.split_once('.') {
             Some((schema, name)) => (
                 format!("\"{schema}\".\"{name}\""),
                 format!("{name}_session"),
             ),
-            None => (
-                format!("\"{}\"", self.table),
-                format!("{}_session", self.table),
-            ),
+            None => (format!("\"{table}\""), format!("{table}_session")),
         };
-        if self.migrate {
+        if self.opts.migrate {
             let migrate = format!(
                 "BEGIN;
                  SELECT pg_advisory_xact_lock(7317116273459143252);
@@ -188,7 +140,7 @@ impl PostgresAuditSinkBuilder {
         );
         Ok(PostgresAuditSink {
             pool,
-            table: self.table.into(),
+            table: table.into(),
             insert: insert.into(),
         })
     }

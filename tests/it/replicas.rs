@@ -57,26 +57,19 @@ fn store_kind(err: &Error) -> StoreErrorKind {
         .kind()
 }
 
-/// A stops for a human; B (another client) finds the pending call in the stored
-/// session, approves it and resumes: the tool runs once, on B. A's own later resume
-/// with the same decision fails with `Conflict` without running anything.
-pub async fn an_approval_stopped_on_one_instance_is_resumed_on_another_and_runs_once<S: Leased>(
+/// Instances A and B (each its own client) on the shared `work` tool; A's call has
+/// stopped for approval of one `work` call (returned), before the tool ran. Both models
+/// answer `finished` after the tool.
+async fn stopped_on_a<S: Leased>(
     h: &Harness<S>,
-) {
-    let gate = Gate::open();
-    let (a, model_a) = replica(
-        h.client().await,
-        vec![
-            ScriptedTurn::tool_call("work", json!({"amount": 5})),
-            ScriptedTurn::text("a finished"),
-        ],
-        &gate,
-    );
-    let (b, _) = replica(
-        h.client().await,
-        vec![ScriptedTurn::text("b finished")],
-        &gate,
-    );
+    gate: &Gate,
+) -> (Agent, ScriptedModel, Agent, Vec<ToolUse>) {
+    let turns = vec![
+        ScriptedTurn::tool_call("work", json!({"amount": 5})),
+        ScriptedTurn::text("finished"),
+    ];
+    let (a, model_a) = replica(h.client().await, turns, gate);
+    let (b, _) = replica(h.client().await, vec![ScriptedTurn::text("finished")], gate);
     let reply = a
         .call_with(vec![Msg::user("please work")], session("approval"))
         .await
@@ -84,6 +77,17 @@ pub async fn an_approval_stopped_on_one_instance_is_resumed_on_another_and_runs_
     let waiting = pending_approvals(&reply);
     assert_eq!(waiting.len(), 1);
     assert_eq!(gate.runs(), 0, "stopped before the tool ran");
+    (a, model_a, b, waiting)
+}
+
+/// A stops for a human; B (another client) finds the pending call in the stored
+/// session, approves it and resumes: the tool runs once, on B. A's own later resume
+/// with the same decision fails with `Conflict` without running anything.
+pub async fn an_approval_stopped_on_one_instance_is_resumed_on_another_and_runs_once<S: Leased>(
+    h: &Harness<S>,
+) {
+    let gate = Gate::open();
+    let (a, model_a, b, waiting) = stopped_on_a(h, &gate).await;
 
     let stored = pending_approvals_in(&b.messages(&key("approval")).await);
     assert_eq!(
@@ -91,7 +95,7 @@ pub async fn an_approval_stopped_on_one_instance_is_resumed_on_another_and_runs_
         "B reads what waits from the stored session"
     );
     let resumed = b.call_with(vec![], approving(&stored)).await.unwrap();
-    assert_eq!(resumed.text(), "b finished");
+    assert_eq!(resumed.text(), "finished");
     assert_eq!(gate.runs(), 1);
 
     let err = a.call_with(vec![], approving(&waiting)).await.unwrap_err();
@@ -116,24 +120,7 @@ pub async fn an_approval_stopped_on_one_instance_is_resumed_on_another_and_runs_
 /// waits for the lease, then fails with `Conflict`; the tool ran once.
 pub async fn concurrent_resumes_of_one_approval_run_the_tool_once<S: Leased>(h: &Harness<S>) {
     let gate = Gate::default();
-    let turns = || {
-        vec![
-            ScriptedTurn::tool_call("work", json!({"amount": 5})),
-            ScriptedTurn::text("finished"),
-        ]
-    };
-    let (a, _) = replica(h.client().await, turns(), &gate);
-    let (b, _) = replica(
-        h.client().await,
-        vec![ScriptedTurn::text("finished")],
-        &gate,
-    );
-    let reply = a
-        .call_with(vec![Msg::user("please work")], session("approval"))
-        .await
-        .unwrap();
-    let waiting = pending_approvals(&reply);
-    assert_eq!(waiting.len(), 1);
+    let (a, _, b, waiting) = stopped_on_a(h, &gate).await;
     let spawn = |agent: &Agent| {
         let (agent, ctx) = (agent.clone(), approving(&waiting));
         tokio::spawn(async move { agent.call_with(vec![], ctx).await })
@@ -159,43 +146,10 @@ pub async fn concurrent_resumes_of_one_approval_run_the_tool_once<S: Leased>(h: 
     assert_eq!(history.iter().flat_map(|m| m.tool_results()).count(), 1);
 }
 
-macro_rules! replica_tests {
-    ($harness:expr) => {
-        replica_tests!(@one $harness, an_approval_stopped_on_one_instance_is_resumed_on_another_and_runs_once);
-        replica_tests!(@one $harness, concurrent_resumes_of_one_approval_run_the_tool_once);
-    };
-    (@one $harness:expr, $name:ident) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $name() {
-            let Some(h) = $harness else { return };
-            crate::replicas::$name(&h).await;
-        }
-    };
-}
-
-mod in_memory {
-    use crate::store_contract::Harness;
-    use rein::InMemorySessionStore;
-
-    fn harness() -> Option<Harness<InMemorySessionStore>> {
-        let store = InMemorySessionStore::new();
-        Some(Harness::new(move || std::future::ready(store.clone())))
-    }
-
-    replica_tests!(harness());
-}
-
-#[cfg(feature = "redis")]
-mod redis {
-    replica_tests!(crate::store_redis::redis_url().map(|u| crate::store_redis::harness(&u)));
-}
-
-#[cfg(feature = "postgres")]
-mod postgres {
-    replica_tests!(
-        crate::store_postgres::postgres_url().map(|u| crate::store_postgres::harness(&u))
-    );
-}
+crate::store_agents::per_engine_tests!(replicas:
+    an_approval_stopped_on_one_instance_is_resumed_on_another_and_runs_once,
+    concurrent_resumes_of_one_approval_run_the_tool_once,
+);
 
 // ---------------------------------------------------------------------------------
 // Two OS processes (issue 15, 6a): this test binary re-runs itself twice as replica

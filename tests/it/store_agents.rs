@@ -14,6 +14,7 @@ use std::time::Duration;
 use rein::*;
 use serde_json::json;
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::store_contract::Harness;
@@ -87,6 +88,23 @@ pub fn leased_agent<S: Leased>(
     (agent, model)
 }
 
+/// Runs a call with one user message on session `s` on a task.
+pub fn spawn_call(agent: &Agent, text: &str, s: &str) -> JoinHandle<Result<Msg, Error>> {
+    let (agent, msg, ctx) = (agent.clone(), Msg::user(text), session(s));
+    tokio::spawn(async move { agent.call_with(vec![msg], ctx).await })
+}
+
+/// Another instance (its own client) that answers `reply` and waits up to 10 s.
+async fn next_instance<S: Leased>(h: &Harness<S>, reply: &str) -> (Agent, ScriptedModel) {
+    let turns = vec![ScriptedTurn::text(reply)];
+    leased_agent(
+        h.client().await,
+        turns,
+        &Gate::open(),
+        config(30_000, 10_000),
+    )
+}
+
 fn work_then(text: &str) -> Vec<ScriptedTurn> {
     vec![
         ScriptedTurn::tool_call("work", json!({})),
@@ -127,10 +145,7 @@ pub async fn a_second_instance_waits_then_gets_busy_without_running_anything<S: 
         &gate_b,
         config(30_000, 300),
     );
-    let running = {
-        let a = a.clone();
-        tokio::spawn(async move { a.call_with(vec![Msg::user("from a")], session("s")).await })
-    };
+    let running = spawn_call(&a, "from a", "s");
     gate_a.started.notified().await;
     let started = Instant::now();
     let err = b
@@ -207,12 +222,7 @@ pub async fn a_killed_holder_loses_the_session_after_the_ttl<S: Leased>(h: &Harn
     }
     // Killed: never polled, never dropped.
     std::mem::forget(dying);
-    let (b, _) = leased_agent(
-        h.client().await,
-        vec![ScriptedTurn::text("after done")],
-        &Gate::open(),
-        config(30_000, 10_000),
-    );
+    let (b, _) = next_instance(h, "after done").await;
     let started = Instant::now();
     b.call_with(vec![Msg::user("after")], session("kill"))
         .await
@@ -242,22 +252,11 @@ pub async fn a_dropped_call_releases_its_lease_and_saves_repaired_memory<S: Leas
         &gate,
         config(30_000, 5_000),
     );
-    let running = {
-        let a = a.clone();
-        tokio::spawn(async move {
-            a.call_with(vec![Msg::user("dropped")], session("drop"))
-                .await
-        })
-    };
+    let running = spawn_call(&a, "dropped", "drop");
     gate.started.notified().await;
     running.abort();
     let _ = running.await;
-    let (b, _) = leased_agent(
-        h.client().await,
-        vec![ScriptedTurn::text("next done")],
-        &Gate::open(),
-        config(30_000, 10_000),
-    );
+    let (b, _) = next_instance(h, "next done").await;
     let started = Instant::now();
     b.call_with(vec![Msg::user("next")], session("drop"))
         .await
@@ -358,33 +357,31 @@ impl<S: Leased> SessionLeases for Flaky<S> {
     }
 }
 
+/// An instance on a [`Flaky`] client (TTL `ttl_ms`) whose call `text` on session `s`
+/// is inside its `work` tool (of `gate`) when this returns.
+async fn flaky_holder<S: Leased>(
+    h: &Harness<S>,
+    gate: &Gate,
+    ttl_ms: u64,
+    text: &str,
+    s: &str,
+) -> (Flaky<S>, JoinHandle<Result<Msg, Error>>) {
+    let flaky = Flaky::new(h.client().await);
+    let turns = work_then("a done");
+    let (a, _) = leased_agent(flaky.clone(), turns, gate, config(ttl_ms, 5_000));
+    let running = spawn_call(&a, text, s);
+    gate.started.notified().await;
+    (flaky, running)
+}
+
 /// A holder that stalls past its TTL while another instance takes the session over
 /// cannot save when it wakes: its call fails with `LeaseLost` and only the other
 /// instance's turn is stored.
 pub async fn a_stalled_holder_whose_lease_was_taken_over_saves_nothing<S: Leased>(h: &Harness<S>) {
     let gate = Gate::default();
-    let flaky = Flaky::new(h.client().await);
-    let (a, _) = leased_agent(
-        flaky.clone(),
-        work_then("a done"),
-        &gate,
-        config(400, 5_000),
-    );
-    let running = {
-        let a = a.clone();
-        tokio::spawn(async move {
-            a.call_with(vec![Msg::user("stalled")], session("stall"))
-                .await
-        })
-    };
-    gate.started.notified().await;
+    let (flaky, running) = flaky_holder(h, &gate, 400, "stalled", "stall").await;
     flaky.stall.store(true, Ordering::SeqCst);
-    let (b, _) = leased_agent(
-        h.client().await,
-        vec![ScriptedTurn::text("b done")],
-        &Gate::open(),
-        config(30_000, 10_000),
-    );
+    let (b, _) = next_instance(h, "b done").await;
     b.call_with(vec![Msg::user("took over")], session("stall"))
         .await
         .unwrap();
@@ -399,18 +396,7 @@ pub async fn a_stalled_holder_whose_lease_was_taken_over_saves_nothing<S: Leased
 /// finish) with `LeaseLost`; nothing is saved.
 pub async fn a_lost_lease_cancels_the_call_and_saves_nothing<S: Leased>(h: &Harness<S>) {
     let gate = Gate::default();
-    let flaky = Flaky::new(h.client().await);
-    let (a, _) = leased_agent(
-        flaky.clone(),
-        work_then("a done"),
-        &gate,
-        config(300, 5_000),
-    );
-    let running = {
-        let a = a.clone();
-        tokio::spawn(async move { a.call_with(vec![Msg::user("lost")], session("lost")).await })
-    };
-    gate.started.notified().await;
+    let (flaky, running) = flaky_holder(h, &gate, 300, "lost", "lost").await;
     flaky.fail.store(true, Ordering::SeqCst);
     let err = tokio::time::timeout(Duration::from_secs(10), running)
         .await
@@ -426,49 +412,47 @@ pub async fn a_lost_lease_cancels_the_call_and_saves_nothing<S: Leased>(h: &Harn
     assert_eq!(stored(h, "lost").await.version, 0, "nothing saved");
 }
 
-/// Stamps the suite out as `#[tokio::test]`s; `$harness` is an `Option<Harness<_>>`
-/// (`None`: no server, skipped outside CI).
-macro_rules! leased_agent_tests {
-    ($harness:expr) => {
-        leased_agent_tests!(@one $harness, a_second_instance_waits_then_gets_busy_without_running_anything);
-        leased_agent_tests!(@one $harness, alternating_calls_across_two_instances_land_in_order);
-        leased_agent_tests!(@one $harness, a_killed_holder_loses_the_session_after_the_ttl);
-        leased_agent_tests!(@one $harness, a_dropped_call_releases_its_lease_and_saves_repaired_memory);
-        leased_agent_tests!(@one $harness, a_stalled_holder_whose_lease_was_taken_over_saves_nothing);
-        leased_agent_tests!(@one $harness, a_lost_lease_cancels_the_call_and_saves_nothing);
+/// A harness on a fresh `InMemorySessionStore` (always available).
+pub fn in_memory_harness() -> Option<Harness<InMemorySessionStore>> {
+    let store = InMemorySessionStore::new();
+    Some(Harness::new(move || std::future::ready(store.clone())))
+}
+
+/// Stamps the generic tests `crate::<suite>::<name>(&Harness)` out as `#[tokio::test]`s
+/// in modules `in_memory`, `redis` and `postgres` (without a server: skipped outside
+/// CI, failed under `CI=true`).
+macro_rules! per_engine_tests {
+    ($suite:ident: $($name:ident),+ $(,)?) => {
+        mod in_memory {
+            $(crate::store_agents::per_engine_tests!(@one crate::store_agents::in_memory_harness(), $suite, $name);)+
+        }
+        #[cfg(feature = "redis")]
+        mod redis {
+            $(crate::store_agents::per_engine_tests!(@one crate::store_redis::redis_url().map(|u| crate::store_redis::harness(&u)), $suite, $name);)+
+        }
+        #[cfg(feature = "postgres")]
+        mod postgres {
+            $(crate::store_agents::per_engine_tests!(@one crate::store_postgres::postgres_url().map(|u| crate::store_postgres::harness(&u)), $suite, $name);)+
+        }
     };
-    (@one $harness:expr, $name:ident) => {
+    (@one $harness:expr, $suite:ident, $name:ident) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
             let Some(h) = $harness else { return };
-            crate::store_agents::$name(&h).await;
+            crate::$suite::$name(&h).await;
         }
     };
 }
+pub(crate) use per_engine_tests;
 
-mod in_memory {
-    use crate::store_contract::Harness;
-    use rein::InMemorySessionStore;
-
-    fn harness() -> Option<Harness<InMemorySessionStore>> {
-        let store = InMemorySessionStore::new();
-        Some(Harness::new(move || std::future::ready(store.clone())))
-    }
-
-    leased_agent_tests!(harness());
-}
-
-#[cfg(feature = "redis")]
-mod redis {
-    leased_agent_tests!(crate::store_redis::redis_url().map(|u| crate::store_redis::harness(&u)));
-}
-
-#[cfg(feature = "postgres")]
-mod postgres {
-    leased_agent_tests!(
-        crate::store_postgres::postgres_url().map(|u| crate::store_postgres::harness(&u))
-    );
-}
+per_engine_tests!(store_agents:
+    a_second_instance_waits_then_gets_busy_without_running_anything,
+    alternating_calls_across_two_instances_land_in_order,
+    a_killed_holder_loses_the_session_after_the_ttl,
+    a_dropped_call_releases_its_lease_and_saves_repaired_memory,
+    a_stalled_holder_whose_lease_was_taken_over_saves_nothing,
+    a_lost_lease_cancels_the_call_and_saves_nothing,
+);
 
 #[test]
 fn a_lease_ttl_out_of_range_fails_the_build_naming_the_key() {

@@ -9,7 +9,7 @@ use rein::store::PostgresAuditSink;
 use rein::*;
 use serde_json::json;
 
-use crate::store_postgres::{fresh_table, postgres_url};
+use crate::store_postgres::{fresh_table, postgres_url, raw};
 use crate::support::*;
 
 async fn sink(url: &str, table: &str) -> PostgresAuditSink {
@@ -36,14 +36,6 @@ fn audited_agent(sink: PostgresAuditSink, log: &Log) -> (Agent, Arc<AuditHook>) 
         .build()
         .unwrap();
     (agent, hook)
-}
-
-async fn raw(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,7 +48,7 @@ async fn connect(url: &str, table: &str) -> PostgresSessionStore {
 }
 
 /// A plain client, for writing what the store would not.
-async fn raw(url: &str) -> tokio_postgres::Client {
+pub async fn raw(url: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .unwrap();
