@@ -108,6 +108,7 @@ pub mod testing;
 pub mod tool;
 mod util;
 
+pub use agent::LeaseConfig;
 pub use agent::{
     Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions,
     FileSessionStore, InMemorySessionStore, RunContext, SessionKey, SessionStore, StopReason,

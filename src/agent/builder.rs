@@ -38,6 +38,7 @@ pub struct AgentBuilder {
     pub(crate) limits: Limits,
     pub(crate) stream_release: StreamRelease,
     pub(crate) store: Option<Arc<dyn super::store::DynSessionStore>>,
+    pub(crate) leasing: Option<super::lease::Leasing>,
     pub(crate) workspace: Option<PathBuf>,
     /// What the delegation layer declared (subagents, factories, the general-purpose
     /// subagent, a workspace's `subagents/`; for a child, its parent's registry).
@@ -72,6 +73,7 @@ impl Clone for AgentBuilder {
             limits: self.limits,
             stream_release: self.stream_release,
             store: self.store.clone(),
+            leasing: self.leasing.clone(),
             workspace: self.workspace.clone(),
             delegation: self.delegation.as_ref().map(|p| p.clone_plan()),
             hook_tool_filter: self.hook_tool_filter.clone(),
@@ -124,6 +126,7 @@ impl AgentBuilder {
             limits: Limits::default(),
             stream_release: StreamRelease::Immediate,
             store: None,
+            leasing: None,
             workspace: None,
             delegation: None,
             hook_tool_filter: None,
@@ -283,8 +286,12 @@ impl AgentBuilder {
     ///   after a failed call the original error is returned and the save error logged.
     ///   A version conflict (another writer saved the session) is never overwritten: the
     ///   next call reloads the stored session.
+    ///
+    /// Replaces an earlier [`AgentBuilder::leased_session_store`] (leasing is then
+    /// off).
     pub fn session_store(mut self, store: impl SessionStore) -> Self {
         self.store = Some(Arc::new(store));
+        self.leasing = None;
         self
     }
 
@@ -422,6 +429,9 @@ impl AgentBuilder {
                 BuildErrorKind::InvalidConfig,
                 "tool_timeout must be greater than zero",
             ));
+        }
+        if let Some(l) = &self.leasing {
+            l.check()?;
         }
 
         // The bound: workspace policy, and for a child its allowlist and its parent's
@@ -623,6 +633,7 @@ impl AgentBuilder {
                 hold_deltas: self.stream_release == StreamRelease::AfterAcceptance,
                 sessions: Sessions::default(),
                 store: self.store,
+                leasing: self.leasing,
                 delegation,
                 trail: self.trail,
                 record_content: self.record_content,

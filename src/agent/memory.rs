@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::OwnedMutexGuard;
 
+use super::approvals::ApprovalDecisions;
+use super::lease::HeldLease;
 use super::store::{DynSessionStore, StoreError, StoreErrorKind};
 
 use crate::message::{ContentBlock, Msg, Role, ToolResult, ToolUse};
@@ -55,23 +57,30 @@ pub(crate) struct Conversation {
 }
 
 impl Conversation {
-    /// Saves the conversation if the store still holds the version it was loaded at.
+    /// Saves the conversation if the store still holds the version it was loaded at
+    /// (under `lease`, when the call holds one: a fenced save).
     ///
-    /// On a conflict the conversation is marked not loaded, so the next call on it
-    /// reloads the stored one (whoever saved it wins; this agent never overwrites it).
+    /// On a conflict (or a lost lease) the conversation is marked not loaded, so the
+    /// next call on it reloads the stored one (whoever saved it wins; this agent never
+    /// overwrites it).
     pub(crate) async fn persist(
         &mut self,
         store: &dyn DynSessionStore,
         key: &SessionKey,
+        lease: Option<&HeldLease>,
     ) -> Result<(), StoreError> {
-        match store.save(key, &self.messages, self.version).await {
+        let saved = match lease {
+            Some(lease) => lease.save(&self.messages, self.version).await,
+            None => store.save(key, &self.messages, self.version).await,
+        };
+        match saved {
             Ok(version) => {
                 self.version = version;
                 self.dirty = false;
                 Ok(())
             }
             Err(e) => {
-                if e.is_conflict() {
+                if e.is_conflict() || e.kind() == StoreErrorKind::LeaseLost {
                     self.loaded = false;
                     self.dirty = false;
                 }
@@ -82,24 +91,30 @@ impl Conversation {
 
     /// Brings the conversation in line with the store before a call: saves what an
     /// earlier cancelled (or failed-to-save) call left unsaved, then loads the session
-    /// if it is not loaded.
+    /// if it is not loaded — always, under a lease, unless the leftovers were just
+    /// saved (another replica may have saved since this copy was loaded).
     ///
     /// A conflict while saving leftovers is logged and the stored session wins.
     pub(crate) async fn sync(
         &mut self,
         store: &dyn DynSessionStore,
         key: &SessionKey,
+        lease: Option<&HeldLease>,
     ) -> Result<(), StoreError> {
         if self.loaded && self.dirty {
-            match self.persist(store, key).await {
-                Ok(()) => {}
-                Err(e) if e.is_conflict() => tracing::warn!(
-                    session = %key,
-                    error = %e,
-                    "unsaved state of an earlier call lost to another writer; reloading the session"
-                ),
+            match self.persist(store, key, lease).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_conflict() || e.kind() == StoreErrorKind::LeaseLost => {
+                    tracing::warn!(
+                        session = %key,
+                        error = %e,
+                        "unsaved state of an earlier call lost to another writer; reloading the session"
+                    )
+                }
                 Err(e) => return Err(e),
             }
+        } else if lease.is_some() {
+            self.loaded = false;
         }
         self.load_if_needed(store, key).await
     }
@@ -130,11 +145,13 @@ impl Conversation {
     }
 }
 
-/// Where a call's conversation is saved when the call is dropped.
+/// Where a call's conversation is saved (when the call ends, or is dropped).
 pub(crate) struct Persistence {
     pub(crate) store: Arc<dyn DynSessionStore>,
     pub(crate) key: SessionKey,
     pub(crate) slot: Arc<tokio::sync::Mutex<Conversation>>,
+    /// The session's lease, when the agent leases sessions.
+    pub(crate) lease: Option<HeldLease>,
 }
 
 impl Persistence {
@@ -150,7 +167,7 @@ impl Persistence {
             let mut conv = self.slot.lock_owned().await;
             if conv.loaded
                 && conv.dirty
-                && let Err(e) = conv.persist(&*self.store, &self.key).await
+                && let Err(e) = conv.persist(&*self.store, &self.key, None).await
             {
                 tracing::error!(
                     session = %self.key,
@@ -159,6 +176,59 @@ impl Persistence {
                 );
             }
         });
+    }
+}
+
+impl super::AgentInner {
+    /// Opens a session for one call: waits for its slot (the in-process FIFO), then,
+    /// with leasing, acquires its lease (a [`StoreErrorKind::Busy`] when another holder
+    /// keeps it past the wait), then brings the conversation in line with the store.
+    /// With `resume` (the decisions of a call without input), fails with
+    /// [`StoreErrorKind::Conflict`] when they are stale on the conversation
+    /// ([`ApprovalDecisions::stale_on`]: another call resumed first).
+    /// On a failure nothing ran, the conversation is unchanged and the lease, if
+    /// acquired, is released.
+    pub(crate) async fn open_memory(
+        &self,
+        key: &SessionKey,
+        resume: Option<&ApprovalDecisions>,
+    ) -> Result<CallMemory, StoreError> {
+        let mut memory = self.open_synced(key).await?;
+        if let Some(why) = resume.and_then(|d| d.stale_on(memory.messages())) {
+            memory.disarm();
+            memory.abandon().await;
+            return Err(StoreError::with_kind(StoreErrorKind::Conflict, key, why));
+        }
+        Ok(memory)
+    }
+
+    async fn open_synced(&self, key: &SessionKey) -> Result<CallMemory, StoreError> {
+        let slot = self.sessions.slot(key);
+        let guard = Arc::clone(&slot).lock_owned().await;
+        let Some(store) = &self.store else {
+            let mut memory = CallMemory::new(guard, None);
+            memory.conversation().loaded = true;
+            return Ok(memory);
+        };
+        let lease = match &self.leasing {
+            Some(leasing) => Some(leasing.acquire(key).await?),
+            None => None,
+        };
+        let mut memory = CallMemory::new(
+            guard,
+            Some(Persistence {
+                store: Arc::clone(store),
+                key: key.clone(),
+                slot,
+                lease,
+            }),
+        );
+        if let Err(e) = memory.sync().await {
+            memory.disarm();
+            memory.abandon().await;
+            return Err(e);
+        }
+        Ok(memory)
     }
 }
 
@@ -284,10 +354,68 @@ impl CallMemory {
         }
     }
 
-    /// The end-of-call save has run (whatever its outcome): dropping no longer hands a
-    /// save to a task.
-    pub(crate) fn settle(&mut self) {
-        self.persistence = None;
+    /// Brings the conversation in line with the store (see [`Conversation::sync`]).
+    async fn sync(&mut self) -> Result<(), StoreError> {
+        let Self {
+            guard, persistence, ..
+        } = self;
+        let Some(p) = persistence.as_ref() else {
+            return Ok(());
+        };
+        guard.sync(&*p.store, &p.key, p.lease.as_ref()).await?;
+        match &p.lease {
+            Some(lease) if lease.is_lost() => Err(StoreError::with_kind(
+                StoreErrorKind::LeaseLost,
+                &p.key,
+                "the session lease was lost while the call started",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The call's lease, when it holds one (to renew while the call runs).
+    pub(crate) fn lease(&self) -> Option<HeldLease> {
+        self.persistence.as_ref().and_then(|p| p.lease.clone())
+    }
+
+    /// Ends the call with the store: saves the conversation (fenced under a lease;
+    /// nothing when the lease was lost), releases the lease, and settles (dropping no
+    /// longer hands a save to a task). A failed save leaves the conversation marked
+    /// unsaved: the next call on the session saves it first. Under a lease the cached
+    /// copy is not trusted afterwards: the next call reloads.
+    pub(crate) async fn finish(&mut self) -> Result<(), StoreError> {
+        let Self {
+            guard, persistence, ..
+        } = self;
+        let Some(p) = persistence.as_ref() else {
+            return Ok(());
+        };
+        let saved = match &p.lease {
+            Some(lease) if lease.is_lost() => {
+                guard.loaded = false;
+                guard.dirty = false;
+                Ok(())
+            }
+            lease => guard.persist(&*p.store, &p.key, lease.as_ref()).await,
+        };
+        if let Some(lease) = &p.lease {
+            if saved.is_ok() {
+                guard.loaded = false;
+            }
+            lease.release().await;
+        }
+        *persistence = None;
+        saved
+    }
+
+    /// Gives up the session without saving (the call did not start): releases the
+    /// lease, if any, and settles.
+    async fn abandon(&mut self) {
+        if let Some(p) = self.persistence.take()
+            && let Some(lease) = &p.lease
+        {
+            lease.release().await;
+        }
     }
 
     /// Ends the call: dropping no longer repairs (pending tool uses left on purpose by
@@ -302,12 +430,27 @@ impl Drop for CallMemory {
         if self.armed {
             repair(Arc::make_mut(&mut self.guard.messages), DROPPED);
         }
-        if self.guard.loaded
-            && self.guard.dirty
-            && let Some(p) = self.persistence.take()
-        {
-            // The task waits for the slot, which is released right after this.
-            p.spawn_save();
+        let Some(mut p) = self.persistence.take() else {
+            return;
+        };
+        let unsaved = self.guard.loaded && self.guard.dirty;
+        match p.lease.take() {
+            None if unsaved => {
+                // The task waits for the slot, which is released right after this.
+                p.spawn_save();
+            }
+            None => {}
+            Some(lease) => {
+                // The task does not need the slot: it saves this snapshot under the
+                // lease, then releases it (a call queued on the slot waits for the
+                // lease meanwhile, and reloads).
+                let snapshot = (unsaved && !lease.is_lost())
+                    .then(|| (Arc::clone(&self.guard.messages), self.guard.version));
+                if lease.spawn_finish(snapshot) {
+                    self.guard.loaded = false;
+                    self.guard.dirty = false;
+                }
+            }
         }
     }
 }

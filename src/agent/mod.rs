@@ -40,13 +40,20 @@
 //! call — completed, failed or cancelled. [`FileSessionStore`] keeps one file per
 //! session with atomic replace; [`InMemorySessionStore`] shares sessions inside one
 //! process.
+//!
+//! With [`AgentBuilder::leased_session_store`] the calls on one session are ordered
+//! across every agent and process sharing the store: a call holds the session's
+//! [`Lease`] from before anything runs until it is saved (fenced), so a second replica
+//! waits, then fails with [`StoreErrorKind::Busy`] without running its model or tools.
 
 mod acting;
+mod approvals;
 mod builder;
 mod delegation;
 mod file_store;
 mod fire;
 mod input;
+mod lease;
 mod memory;
 mod model_turn;
 mod run;
@@ -63,8 +70,13 @@ pub(crate) use delegation::{
 
 pub use crate::context::{AgentInfo, Extensions, RunContext, StopReason};
 pub use acting::MAX_PRE_ACTING_PASSES;
+pub use approvals::{ApprovalDecision, ApprovalDecisions};
 pub use file_store::FileSessionStore;
+pub use lease::{Lease, LeaseConfig, SessionLeases};
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) use lease::{acquire_polling, ttl_millis};
 pub use memory::SessionKey;
+pub(crate) use memory::pending_tool_uses;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) use store::next_version;
 pub use store::{InMemorySessionStore, SessionStore, StoreError, StoreErrorKind, StoredSession};
@@ -164,6 +176,8 @@ pub(crate) struct AgentInner {
     pub(crate) hold_deltas: bool,
     pub(crate) sessions: Sessions,
     pub(crate) store: Option<Arc<dyn store::DynSessionStore>>,
+    /// Present when calls lease their session ([`AgentBuilder::leased_session_store`]).
+    pub(crate) leasing: Option<lease::Leasing>,
     /// Present when the agent can delegate (it then has the `agent_spawn` tool).
     pub(crate) delegation: Option<Arc<dyn Delegating>>,
     /// Record decisions on every call (also recorded when a subscriber listens).
@@ -283,10 +297,16 @@ impl Agent {
     /// A snapshot of a session's conversation. Waits for a call in progress on that
     /// session to finish. With a session store, a session this agent has not loaded yet
     /// is loaded first (a store that fails to load it is logged and gives an empty
-    /// snapshot).
+    /// snapshot); with leasing ([`AgentBuilder::leased_session_store`]) the stored
+    /// session is read every time (other replicas may have saved it), unless this
+    /// agent holds an unsaved replacement ([`Agent::set_messages`]).
     pub async fn messages(&self, key: &SessionKey) -> Vec<Msg> {
         let slot = self.inner.sessions.slot(key);
         let mut conv = slot.lock().await;
+        if self.inner.leasing.is_some() && !conv.dirty {
+            // Leased sessions are shared with other replicas: read the stored one.
+            conv.loaded = false;
+        }
         if let Some(store) = &self.inner.store
             && let Err(e) = conv.load_if_needed(&**store, key).await
         {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::mpsc::UnboundedSender as EventSender;
 
 use super::acting::Acted;
-use super::memory::{CallMemory, Persistence, SessionKey};
+use super::memory::{CallMemory, SessionKey};
 use super::model_turn::Phase;
 use super::stream::AgentEvent;
 use super::{AgentInner, CallOutcome, RunContext, StopReason};
@@ -135,24 +135,18 @@ impl AgentInner {
     ) -> Result<CallOutcome, Error> {
         let mode = TrailMode::decide(self.trail, self.record_content);
         let key = SessionKey::new(ctx.user_id(), ctx.session_id());
-        let slot = self.sessions.slot(&key);
-        let guard = Arc::clone(&slot).lock_owned().await;
-        let persistence = self.store.as_ref().map(|store| Persistence {
-            store: Arc::clone(store),
-            key: key.clone(),
-            slot,
-        });
-        let mut memory = CallMemory::new(guard, persistence);
-        match &self.store {
-            Some(store) => {
-                if let Err(e) = memory.conversation().sync(&**store, &key).await {
-                    memory.disarm();
-                    memory.settle();
-                    return Err(self.fail(Error::store(e), &ctx, mode, Vec::new()).await);
-                }
-            }
-            None => memory.conversation().loaded = true,
-        }
+        // The session's slot (in-process FIFO), its lease (with leasing), in line
+        // with the store; on a failure (e.g. `Busy`) nothing ran.
+        // A resume (no input) with approval decisions that another call already
+        // resumed fails with a `Conflict`, the conversation untouched.
+        let resume = input
+            .is_empty()
+            .then(|| ctx.extensions().get::<super::ApprovalDecisions>())
+            .flatten();
+        let mut memory = match self.open_memory(&key, resume.as_deref()).await {
+            Ok(memory) => memory,
+            Err(e) => return Err(self.fail(Error::store(e), &ctx, mode, Vec::new()).await),
+        };
         // From here on the call changes the conversation: it is saved when the call
         // ends, whichever way (a dropped call hands the save to a task).
         memory.conversation().dirty = true;
@@ -169,7 +163,8 @@ impl AgentInner {
             retracted: Vec::new(),
             format,
         };
-        let result = call.run(&mut memory, input).await;
+        // Renews the lease while the call runs; a lost lease cancels it.
+        let result = super::lease::kept(memory.lease(), call.run(&mut memory, input)).await;
         let result = match result {
             Ok(outcome) => Ok(outcome),
             Err(err) => {
@@ -179,13 +174,10 @@ impl AgentInner {
             }
         };
         memory.disarm();
-        let saved = match &self.store {
-            Some(store) => memory.conversation().persist(&**store, &key).await,
-            None => Ok(()),
-        };
-        // Saved, or the save failed and said so: either way no background save. An
-        // unsaved conversation is saved by the next call on the session.
-        memory.settle();
+        // Saved, or the save failed and said so: either way no background save (an
+        // unsaved conversation is saved by the next call on the session); the lease,
+        // if any, released.
+        let saved = memory.finish().await;
         if let Err(e) = saved {
             return match result {
                 Ok(outcome) => Err(self

@@ -18,10 +18,15 @@ use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use futures::future::BoxFuture;
+use std::time::Duration;
 
+use futures::future::BoxFuture;
+use tokio::time::Instant;
+
+use super::lease::{Lease, SessionLeases, acquire_polling};
 use super::memory::SessionKey;
 use crate::message::Msg;
+use crate::util::new_id;
 
 /// What kind of failure a [`StoreError`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -292,9 +297,33 @@ impl<S: SessionStore> DynSessionStore for S {
 /// A [`SessionStore`] in this process's memory. Clones share the same sessions, so two
 /// agents given clones of one store see each other's saves (and conflict like two
 /// processes sharing a directory would).
+///
+/// It implements [`SessionLeases`] too (leases measured on this process's clock,
+/// shared by clones), so agents built with
+/// [`AgentBuilder::leased_session_store`](super::AgentBuilder::leased_session_store) on
+/// clones of one store order their calls as replicas on a shared engine would.
 #[derive(Clone, Default)]
 pub struct InMemorySessionStore {
     sessions: Arc<Mutex<HashMap<SessionKey, StoredSession>>>,
+    leases: Arc<Mutex<HashMap<SessionKey, LeaseRow>>>,
+}
+
+/// The lease state of one session in an [`InMemorySessionStore`].
+#[derive(Debug, Default)]
+struct LeaseRow {
+    /// The current holder's token and when its lease expires.
+    holder: Option<(String, Instant)>,
+    /// The fence of the last acquisition.
+    fence: u64,
+    /// The fence of the last fenced save.
+    saved_fence: u64,
+}
+
+impl LeaseRow {
+    /// Whether `lease` is the live holder.
+    fn holds(&self, lease: &Lease, now: Instant) -> bool {
+        matches!(&self.holder, Some((token, expires)) if token == lease.token() && *expires > now)
+    }
 }
 
 impl fmt::Debug for InMemorySessionStore {
@@ -329,14 +358,14 @@ impl InMemorySessionStore {
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionKey, StoredSession>> {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
-}
 
-impl SessionStore for InMemorySessionStore {
-    async fn load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
-        Ok(self.lock().get(key).cloned().unwrap_or_default())
+    fn lock_leases(&self) -> std::sync::MutexGuard<'_, HashMap<SessionKey, LeaseRow>> {
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    async fn save(
+    /// The version check and write of a save (the caller holds whatever else must not
+    /// change meanwhile).
+    fn write(
         &self,
         key: &SessionKey,
         messages: &[Msg],
@@ -350,6 +379,98 @@ impl SessionStore for InMemorySessionStore {
         let version = next_version(key, expected_version)?;
         sessions.insert(key.clone(), StoredSession::new(messages.to_vec(), version));
         Ok(version)
+    }
+}
+
+fn lease_lost(key: &SessionKey) -> StoreError {
+    StoreError::with_kind(
+        StoreErrorKind::LeaseLost,
+        key,
+        "the session lease is no longer held (it expired or another holder took the session)",
+    )
+}
+
+impl SessionLeases for InMemorySessionStore {
+    async fn acquire(
+        &self,
+        key: &SessionKey,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lease, StoreError> {
+        let token = |_: &SessionKey| Ok(new_id("lease"));
+        acquire_polling(key, ttl, wait, token, |token, _| {
+            let now = Instant::now();
+            let mut leases = self.lock_leases();
+            let row = leases.entry(key.clone()).or_default();
+            let fence = match &row.holder {
+                Some((_, expires)) if *expires > now => None,
+                _ => {
+                    row.fence += 1;
+                    row.holder = Some((token, now + ttl));
+                    Some(row.fence)
+                }
+            };
+            std::future::ready(Ok(fence))
+        })
+        .await
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<(), StoreError> {
+        let now = Instant::now();
+        let mut leases = self.lock_leases();
+        match leases.get_mut(lease.key()) {
+            Some(row) if row.holds(lease, now) => {
+                row.holder = Some((lease.token().to_owned(), now + lease.ttl()));
+                Ok(())
+            }
+            _ => Err(lease_lost(lease.key())),
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        let mut leases = self.lock_leases();
+        match leases.get_mut(lease.key()) {
+            Some(row) if matches!(&row.holder, Some((token, _)) if token == lease.token()) => {
+                let held = row.holds(lease, now);
+                row.holder = None;
+                Ok(held)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn save_fenced(
+        &self,
+        lease: &Lease,
+        messages: &[Msg],
+        expected_version: u64,
+    ) -> Result<u64, StoreError> {
+        let key = lease.key();
+        // Lock order: leases, then sessions.
+        let mut leases = self.lock_leases();
+        let row = leases.entry(key.clone()).or_default();
+        if !row.holds(lease, Instant::now()) || row.saved_fence > lease.fence() {
+            return Err(lease_lost(key));
+        }
+        let version = self.write(key, messages, expected_version)?;
+        row.saved_fence = lease.fence();
+        Ok(version)
+    }
+}
+
+impl SessionStore for InMemorySessionStore {
+    async fn load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
+        Ok(self.lock().get(key).cloned().unwrap_or_default())
+    }
+
+    async fn save(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
+        expected_version: u64,
+    ) -> Result<u64, StoreError> {
+        self.write(key, messages, expected_version)
     }
 }
 

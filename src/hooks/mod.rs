@@ -72,7 +72,7 @@ mod tool_guard;
 pub use approval::{
     APPROVAL_PENDING_CALLS_KEY, APPROVAL_PENDING_KEY, ApprovalConfig, ApprovalDecision,
     ApprovalDecisions, ApprovalHook, ApprovalMode, ApprovalRequest, Approver, SharedApprover,
-    pending_approvals,
+    pending_approvals, pending_approvals_in,
 };
 pub use audit::{
     AuditConfig, AuditHook, AuditKind, AuditRecord, AuditSink, AuditSinkConfig, AuditSinkError,

@@ -5,6 +5,8 @@
 //!   Lua compare-and-set on the version.
 //! - `PostgresSessionStore` (feature `postgres`): one row per session in a table created
 //!   by an idempotent migration, every save an `UPDATE … WHERE version = $expected`.
+//! - `PostgresAuditSink` (feature `postgres`): the audit records of every replica in one
+//!   table, one batched insert per batch off the call path.
 //!
 //! Both implement [`SessionStore`](crate::SessionStore) with the same contract as
 //! [`FileSessionStore`] and
@@ -118,15 +120,20 @@ macro_rules! engine_store_traits {
     };
 }
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
 mod lease;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_audit;
 #[cfg(feature = "redis")]
 mod redis;
 
-pub use lease::{Lease, SessionLeases};
+pub use crate::agent::{Lease, LeaseConfig, SessionLeases};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresSessionStore, PostgresSessionStoreBuilder};
+#[cfg(feature = "postgres")]
+pub use postgres_audit::{PostgresAuditSink, PostgresAuditSinkBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{RedisSessionStore, RedisSessionStoreBuilder};
 

@@ -96,24 +96,85 @@ impl fmt::Debug for PostgresSessionStore {
 /// [`PostgresSessionStore::builder`].
 #[derive(Clone, Debug)]
 pub struct PostgresSessionStoreBuilder {
-    url: Option<String>,
-    table: String,
-    pool_size: usize,
-    connect_timeout: Duration,
-    migrate: bool,
+    opts: PgOptions,
 }
 
 impl Default for PostgresSessionStoreBuilder {
     fn default() -> Self {
         Self {
+            opts: PgOptions::new(DEFAULT_TABLE, 8),
+        }
+    }
+}
+
+/// Where and how a PostgreSQL-backed type connects (shared by the builders of the
+/// session store and the audit sink).
+#[derive(Clone, Debug)]
+pub(crate) struct PgOptions {
+    pub(crate) url: Option<String>,
+    pub(crate) table: String,
+    pub(crate) pool_size: usize,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) migrate: bool,
+}
+
+impl PgOptions {
+    pub(crate) fn new(table: &str, pool_size: usize) -> Self {
+        Self {
             url: None,
-            table: DEFAULT_TABLE.to_owned(),
-            pool_size: 8,
+            table: table.to_owned(),
+            pool_size,
             connect_timeout: Duration::from_secs(5),
             migrate: true,
         }
     }
 }
+
+/// The setters of a builder holding `opts: PgOptions`; `$table` and `$pool` are the
+/// defaults the docs state, `$tables` what the migration creates.
+macro_rules! pg_builder_setters {
+    ($table:literal, $pool:literal, $tables:literal) => {
+        /// The connection URL. Default: `DATABASE_URL`, else the `PG*` variables.
+        #[must_use]
+        pub fn url(mut self, url: impl Into<String>) -> Self {
+            self.opts.url = Some(url.into());
+            self
+        }
+
+        #[doc = concat!("The table name (default `", $table, "`): lowercase letters, digits \
+            and `_` (not first), at most 48 bytes, optionally `schema.` first. Anything \
+            else fails [`connect`](Self::connect) (names are never interpolated unchecked).")]
+        #[must_use]
+        pub fn table(mut self, table: impl Into<String>) -> Self {
+            self.opts.table = table.into();
+            self
+        }
+
+        #[doc = concat!("The most connections kept open (default ", $pool, ").")]
+        #[must_use]
+        pub fn pool_size(mut self, size: usize) -> Self {
+            self.opts.pool_size = size.max(1);
+            self
+        }
+
+        /// How long opening one connection may take (default 5 s).
+        #[must_use]
+        pub fn connect_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.opts.connect_timeout = timeout;
+            self
+        }
+
+        #[doc = concat!("Whether [`connect`](Self::connect) creates ", $tables, " if missing \
+            (default `true`); turn off where the application's role may not create tables \
+            and the documented SQL was run by hand.")]
+        #[must_use]
+        pub fn migrate(mut self, migrate: bool) -> Self {
+            self.opts.migrate = migrate;
+            self
+        }
+    };
+}
+pub(crate) use pg_builder_setters;
 
 /// Whether `name` is a lowercase SQL identifier short enough for the derived names.
 fn valid_identifier(name: &str) -> bool {
@@ -124,45 +185,11 @@ fn valid_identifier(name: &str) -> bool {
 }
 
 impl PostgresSessionStoreBuilder {
-    /// The connection URL. Default: `DATABASE_URL`, else the `PG*` variables.
-    #[must_use]
-    pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.url = Some(url.into());
-        self
-    }
-
-    /// The table name (default `rein_sessions`): lowercase letters, digits and `_`
-    /// (not first), at most 48 bytes, optionally `schema.` first; the lease table is
-    /// `<table>_leases`. Anything else fails [`connect`](Self::connect) (names are
-    /// never interpolated unchecked).
-    #[must_use]
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
-        self
-    }
-
-    /// The most connections kept open (default 8).
-    #[must_use]
-    pub fn pool_size(mut self, size: usize) -> Self {
-        self.pool_size = size.max(1);
-        self
-    }
-
-    /// How long opening one connection may take (default 5 s).
-    #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Whether [`connect`](Self::connect) creates the tables if missing (default
-    /// `true`); turn off where the application's role may not create tables and the
-    /// documented SQL was run by hand.
-    #[must_use]
-    pub fn migrate(mut self, migrate: bool) -> Self {
-        self.migrate = migrate;
-        self
-    }
+    pg_builder_setters!(
+        "rein_sessions",
+        8,
+        "the tables (the sessions' and `<table>_leases`)"
+    );
 
     /// Validates the table name, connects (so a wrong URL, password or database fails
     /// here) and runs the migration.
@@ -173,42 +200,9 @@ impl PostgresSessionStoreBuilder {
     /// [`StoreErrorKind::Unavailable`] when the server cannot be reached;
     /// [`StoreErrorKind::Io`] when the migration fails.
     pub async fn connect(self) -> Result<PostgresSessionStore, StoreError> {
-        let config_error = |m: String| StoreError::unkeyed(StoreErrorKind::Config, m);
-        let valid = match self.table.split_once('.') {
-            Some((schema, name)) => valid_identifier(schema) && valid_identifier(name),
-            None => valid_identifier(&self.table),
-        };
-        if !valid {
-            return Err(config_error(format!(
-                "invalid table name {:?}: use lowercase letters, digits and `_` (not first), \
-                 at most 48 bytes, optionally `schema.` first",
-                self.table
-            )));
-        }
-        let mut config = pg_config(self.url)?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(self.connect_timeout);
-        }
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(self.pool_size)
-            .runtime(Runtime::Tokio1)
-            .create_timeout(Some(self.connect_timeout))
-            .wait_timeout(Some(self.connect_timeout * 2))
-            .build()
-            .map_err(|e| config_error(format!("cannot build the PostgreSQL pool: {e}")))?;
-        let sql = Sql::new(&self.table);
-        let client = pool
-            .get()
-            .await
-            .map_err(|e| pool_error(None, "connecting to PostgreSQL", e))?;
-        if self.migrate {
+        let (pool, client) = open_pool(&self.opts).await?;
+        let sql = Sql::new(&self.opts.table);
+        if self.opts.migrate {
             client
                 .batch_execute(&sql.migrate)
                 .await
@@ -217,10 +211,51 @@ impl PostgresSessionStoreBuilder {
         drop(client);
         Ok(PostgresSessionStore {
             pool,
-            table: self.table.into(),
+            table: self.opts.table.into(),
             sql: Arc::new(sql),
         })
     }
+}
+
+/// Validates `table` (lowercase identifiers, optionally `schema.` first), builds a
+/// pool of `pool_size` connections and connects once (so a wrong URL, password or
+/// database fails here); returns the pool and that connection.
+pub(crate) async fn open_pool(opts: &PgOptions) -> Result<(Pool, Object), StoreError> {
+    let (table, pool_size, connect_timeout) = (&opts.table, opts.pool_size, opts.connect_timeout);
+    let config_error = |m: String| StoreError::unkeyed(StoreErrorKind::Config, m);
+    let valid = match table.split_once('.') {
+        Some((schema, name)) => valid_identifier(schema) && valid_identifier(name),
+        None => valid_identifier(table),
+    };
+    if !valid {
+        return Err(config_error(format!(
+            "invalid table name {table:?}: use lowercase letters, digits and `_` (not first), \
+             at most 48 bytes, optionally `schema.` first"
+        )));
+    }
+    let mut config = pg_config(opts.url.clone())?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(connect_timeout);
+    }
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let pool = Pool::builder(manager)
+        .max_size(pool_size)
+        .runtime(Runtime::Tokio1)
+        .create_timeout(Some(connect_timeout))
+        .wait_timeout(Some(connect_timeout * 2))
+        .build()
+        .map_err(|e| config_error(format!("cannot build the PostgreSQL pool: {e}")))?;
+    let client = pool
+        .get()
+        .await
+        .map_err(|e| pool_error(None, "connecting to PostgreSQL", e))?;
+    Ok((pool, client))
 }
 
 /// The connection configuration from the URL, `DATABASE_URL` or the `PG*` variables.
@@ -305,7 +340,11 @@ fn keyed(key: Option<&SessionKey>, kind: StoreErrorKind, message: String) -> Sto
     }
 }
 
-fn pg_error(key: Option<&SessionKey>, what: &str, e: &tokio_postgres::Error) -> StoreError {
+pub(crate) fn pg_error(
+    key: Option<&SessionKey>,
+    what: &str,
+    e: &tokio_postgres::Error,
+) -> StoreError {
     let detail = match e.as_db_error() {
         Some(db) => format!("{}: {}", db.severity(), db.message()),
         None => match std::error::Error::source(e) {
@@ -320,7 +359,7 @@ fn pg_error(key: Option<&SessionKey>, what: &str, e: &tokio_postgres::Error) -> 
     )
 }
 
-fn pool_error(key: Option<&SessionKey>, what: &str, e: PoolError) -> StoreError {
+pub(crate) fn pool_error(key: Option<&SessionKey>, what: &str, e: PoolError) -> StoreError {
     match e {
         PoolError::Backend(e) => pg_error(key, what, &e),
         PoolError::Timeout(t) => keyed(

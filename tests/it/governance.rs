@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use rein::hooks::{ApprovalDecisions, pending_approvals};
+use rein::hooks::{ApprovalDecisions, pending_approvals, pending_approvals_in};
 use rein::*;
 use serde_json::{Value, json};
 
@@ -318,13 +318,24 @@ async fn an_approval_decision_never_approves_a_later_call_that_reuses_the_model_
     let again = pending_approvals(&second.reply);
     assert_eq!(again.len(), 1);
     assert_ne!(again[0].id, waiting[0].id);
-    agent.run(vec![], ctx).await.unwrap();
+    // Resuming again on the old decision: its call already has its result, so the
+    // resume is stale and runs nothing (the new call stays pending for a human).
+    let stale = agent.run(vec![], ctx).await.unwrap_err();
+    assert_eq!(
+        stale.store_error().map(StoreError::kind),
+        Some(StoreErrorKind::Conflict),
+        "{stale}"
+    );
     assert_eq!(
         log.entries(),
         [r#"refund:{"amount":1}"#],
         "the refund of 10000 never ran on the old decision"
     );
-    assert_memory_valid(&agent.messages(&key("s")).await);
+    // Valid, with the new call still pending (a valid history may end with pending
+    // calls: setting it back is accepted).
+    let history = agent.messages(&key("s")).await;
+    assert_eq!(pending_approvals_in(&history), again);
+    agent.set_messages(&key("s"), history).await.unwrap();
 }
 
 #[tokio::test]

@@ -18,8 +18,8 @@
 //! | 7 | `observe` |
 //! | 8 | `agent` |
 //! | 9 | `subagent` |
-//! | 10 | leaves: `hooks`, `mcp`, `store` (Redis/PostgreSQL session stores), `testing` (HookHarness) — import any lower layer; nothing imports them |
-//! | 11 | `bench_support` (drives the production hooks for the benches) |
+//! | 10 | leaves: `hooks`, `mcp`, `testing` (HookHarness) — import any lower layer; nothing imports them |
+//! | 11 | leaves above the hooks: `store` (Redis/PostgreSQL session stores; its PostgreSQL audit sink implements `hooks::AuditSink`), `bench_support` (drives the production hooks for the benches) |
 //! | 12 | the crate root (`lib.rs`: re-exports) |
 //!
 //! Paths through the crate root (`crate::AgentInfo`) are resolved through `lib.rs`'s
@@ -50,7 +50,7 @@ const UNITS: &[(&str, &str, u32)] = &[
     ("mcp", "mcp", 10),
     ("bench_support", "bench_support", 11),
     ("testing", "testing", 10),
-    ("store", "store", 10),
+    ("store", "store", 11),
     ("", "crate root", 12),
 ];
 

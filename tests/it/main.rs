@@ -61,7 +61,11 @@ mod providers_support;
 mod providers_transport;
 #[cfg(feature = "openai")]
 mod real_model;
+mod replicas;
 mod sessions;
+mod store_agents;
+#[cfg(feature = "postgres")]
+mod store_audit;
 mod store_contract;
 #[cfg(feature = "postgres")]
 mod store_postgres;

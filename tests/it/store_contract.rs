@@ -42,7 +42,7 @@ impl<S> Harness<S> {
         self
     }
 
-    async fn client(&self) -> S {
+    pub async fn client(&self) -> S {
         (self.make)().await
     }
 }
@@ -472,6 +472,12 @@ async fn a_waiter_gets_the_lease_when_it_is_released<S: SessionLeases>(h: &Harne
 async fn the_in_memory_store_passes_the_shared_store_contract() {
     let shared = InMemorySessionStore::new();
     store_contract(&Harness::new(move || std::future::ready(shared.clone()))).await;
+}
+
+#[tokio::test]
+async fn the_in_memory_store_passes_the_shared_lease_contract() {
+    let shared = InMemorySessionStore::new();
+    lease_contract(&Harness::new(move || std::future::ready(shared.clone()))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,7 +24,7 @@ pub fn postgres_url() -> Option<String> {
 }
 
 /// A table name no other test (or run) uses.
-fn fresh_table() -> String {
+pub fn fresh_table() -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -48,7 +48,7 @@ async fn connect(url: &str, table: &str) -> PostgresSessionStore {
 }
 
 /// A plain client, for writing what the store would not.
-async fn raw(url: &str) -> tokio_postgres::Client {
+pub async fn raw(url: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .unwrap();
@@ -56,8 +56,13 @@ async fn raw(url: &str) -> tokio_postgres::Client {
     client
 }
 
-fn harness(url: &str) -> Harness<PostgresSessionStore> {
-    let table = fresh_table();
+pub fn harness(url: &str) -> Harness<PostgresSessionStore> {
+    harness_in(url, &fresh_table())
+}
+
+/// A harness on `table` (another process can share it).
+pub fn harness_in(url: &str, table: &str) -> Harness<PostgresSessionStore> {
+    let table = table.to_owned();
     let (make_url, make_table) = (url.to_owned(), table.clone());
     let corrupt_url = url.to_owned();
     Harness::new(move || {

@@ -23,7 +23,7 @@ pub fn redis_url() -> Option<String> {
 }
 
 /// A key prefix no other test (or run) uses.
-fn fresh_prefix() -> String {
+pub fn fresh_prefix() -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
     format!(
         "rein-it:{}:{}:{}:",
@@ -36,8 +36,13 @@ fn fresh_prefix() -> String {
     )
 }
 
-fn harness(url: &str) -> Harness<RedisSessionStore> {
-    let prefix = fresh_prefix();
+pub fn harness(url: &str) -> Harness<RedisSessionStore> {
+    harness_in(url, &fresh_prefix())
+}
+
+/// A harness on the keys under `prefix` (another process can share them).
+pub fn harness_in(url: &str, prefix: &str) -> Harness<RedisSessionStore> {
+    let prefix = prefix.to_owned();
     let (make_url, make_prefix) = (url.to_owned(), prefix.clone());
     let corrupt_url = url.to_owned();
     Harness::new(move || {
