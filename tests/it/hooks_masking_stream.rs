@@ -425,8 +425,17 @@ proptest! {
                 prop_assert!(!concat.contains(p), "{p} leaked: {concat:?} (limit {limit})");
             }
         }
-        if m.find(&whole).is_empty() {
-            prop_assert!(m.find(&concat).is_empty(), "{concat:?} (limit {limit})");
+        // Whatever the stream leaves detectable, masking the whole text leaves in clear
+        // too. (Not "nothing is detectable": masking an over-long token whole can put a
+        // `+44 …` that followed a digit after `***`, where it reads as a number on its
+        // own; the whole-text masker leaves the same digits in clear.)
+        for found in m.find(&concat) {
+            let clear = &concat[found.range.clone()];
+            prop_assert!(
+                whole.contains(clear),
+                "{clear:?} is in clear in the stream but masked in the whole text: \
+                 {concat:?} vs {whole:?} (limit {limit})"
+            );
         }
         // Without overflow the stream is exact.
         let exact = stream_masked(&chunk(&text, &sizes), text.len() + 1);
