@@ -127,7 +127,11 @@ impl AgentInner {
         ctx: RunContext,
         sink: Option<Sink>,
     ) -> Result<CallOutcome, Error> {
-        let mode = TrailMode::decide(self.trail, self.record_content);
+        // A subagent records when its delegating call does (its decisions reach it).
+        let mode = TrailMode::decide(
+            self.trail || ctx.decision_sink().is_some(),
+            self.record_content,
+        );
         let key = SessionKey::new(ctx.user_id(), ctx.session_id());
         let slot = self.sessions.slot(&key);
         let guard = Arc::clone(&slot).lock_owned().await;
@@ -266,6 +270,7 @@ impl Call<'_> {
                 for d in &made {
                     crate::hook::emit_decision(d);
                 }
+                self.forward(&made);
                 self.trail
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)

@@ -12,6 +12,7 @@ mod run;
 pub use kind::EventKind;
 pub use run::{AgentInfo, Extensions, RunContext};
 
+
 use std::any::Any;
 use std::sync::Arc;
 
@@ -57,5 +58,30 @@ impl EventSink {
 impl std::fmt::Debug for EventSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("EventSink")
+    }
+}
+
+/// Where a subagent call sends the decisions it records, opaque below the hook layer
+/// (the hook layer's forwarder into the delegating call's trail). Set only while the
+/// delegating call records decisions: on the delegating tool's context, and by that
+/// tool on its subagent's run context. Absent, nothing is forwarded or allocated.
+#[derive(Clone)]
+pub(crate) struct DecisionSink(Arc<dyn Any + Send + Sync>);
+
+impl DecisionSink {
+    /// Wraps a forwarder.
+    pub(crate) fn new<T: Any + Send + Sync>(sink: T) -> Self {
+        Self(Arc::new(sink))
+    }
+
+    /// The forwarder, if it is a `T`.
+    pub(crate) fn get<T: Any>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl std::fmt::Debug for DecisionSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DecisionSink")
     }
 }
