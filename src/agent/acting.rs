@@ -411,8 +411,8 @@ impl Call<'_> {
                     end += 1;
                 }
             }
-            let calls = (start..end)
-                .map(|i| self.run_tool(&planned[i], i, tx.clone(), decisions.as_ref()));
+            let calls =
+                (start..end).map(|i| self.run_tool(&planned[i], i, tx.clone(), decisions.as_ref()));
             // `join_all` for a group within the limit (no per-future task node); a
             // larger group runs through an ordered buffer of `concurrency` slots.
             let group = if end - start <= concurrency {

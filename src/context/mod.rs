@@ -12,7 +12,6 @@ mod run;
 pub use kind::EventKind;
 pub use run::{AgentInfo, Extensions, RunContext};
 
-
 use std::any::Any;
 use std::sync::Arc;
 

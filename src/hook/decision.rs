@@ -190,8 +190,12 @@ impl RevealNumbers {
             if *tool != before.name && *tool != after.name {
                 continue;
             }
-            let b = (*tool == before.name).then(|| number(before, pointer)).flatten();
-            let a = (*tool == after.name).then(|| number(after, pointer)).flatten();
+            let b = (*tool == before.name)
+                .then(|| number(before, pointer))
+                .flatten();
+            let a = (*tool == after.name)
+                .then(|| number(after, pointer))
+                .flatten();
             if b != a && !out.iter().any(|c: &FieldChange| c.pointer == *pointer) {
                 out.push(FieldChange {
                     pointer: pointer.clone(),

@@ -83,7 +83,11 @@ async fn a_subagents_decisions_appear_in_the_parents_outcome_with_its_agent_path
     assert_eq!(trail(&outcome), [rewrite("parent/child")]);
     let d = &outcome.decisions[0];
     assert!(d.is_from_subagent());
-    assert_ne!(d.agent_id, agent.info().id, "the child's id, not the parent's");
+    assert_ne!(
+        d.agent_id,
+        agent.info().id,
+        "the child's id, not the parent's"
+    );
     assert_eq!(d.event, EventKind::PreActing);
     assert!(d.tool_call_id.is_some());
     let line = serde_json::to_value(d).unwrap();
@@ -277,7 +281,11 @@ async fn the_streamed_final_outcome_holds_the_subagents_decisions() {
             finals.push(o);
         }
     }
-    assert_eq!(finals.len(), 1, "only the top-level call's outcome is final");
+    assert_eq!(
+        finals.len(),
+        1,
+        "only the top-level call's outcome is final"
+    );
     assert_eq!(trail(&finals[0]), [rewrite("parent/child")]);
 }
 
@@ -337,7 +345,10 @@ async fn opted_in_numbers_are_readable_and_everything_else_stays_a_digest() {
         // Digests by default: neither the order id nor the amounts are readable.
         for text in [&d.before, &d.after] {
             assert!(text.contains("B#"), "{text}");
-            assert!(!text.contains("13800138000") && !text.contains("5000"), "{text}");
+            assert!(
+                !text.contains("13800138000") && !text.contains("5000"),
+                "{text}"
+            );
         }
         let line = serde_json::to_string(d).unwrap();
         if reveal {
