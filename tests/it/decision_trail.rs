@@ -3,21 +3,22 @@
 //! operator's opt-in to readable before/after numbers.
 
 use futures::StreamExt;
-use rein::hooks::{ToolGuardConfig, ToolGuardHook};
 use rein::observe::{FieldChange, RevealNumbers};
 use rein::*;
 use serde_json::json;
 
+use crate::hooks_audit_trail::refund_cap;
 use crate::subagents::{decl, spawn};
 use crate::support::*;
 
-fn refund_cap(max: u64) -> ToolGuardHook {
-    let config: ToolGuardConfig = serde_json::from_value(json!({
-        "enabled": true,
-        "numeric_caps": {"amount": max}
-    }))
-    .unwrap();
-    ToolGuardHook::new(config).unwrap()
+/// Builds the agent and runs one call of it (trail on unless the builder says).
+async fn go(b: AgentBuilder) -> (Agent, CallOutcome) {
+    let agent = b.build().unwrap();
+    let outcome = agent
+        .run(vec![Msg::user("go")], RunContext::new())
+        .await
+        .unwrap();
+    (agent, outcome)
 }
 
 /// Denies every `queryOrder` call (inherited by subagents).
@@ -73,11 +74,7 @@ async fn a_subagents_decisions_appear_in_the_parents_outcome_with_its_agent_path
         ScriptedTurn::text("child done"),
         ScriptedTurn::text("parent done"),
     ]);
-    let agent = parent(&model, &log).decision_trail(true).build().unwrap();
-    let outcome = agent
-        .run(vec![Msg::user("go")], RunContext::new())
-        .await
-        .unwrap();
+    let (agent, outcome) = go(parent(&model, &log).decision_trail(true)).await;
     assert_eq!(outcome.reply.text(), "parent done");
     assert_eq!(log.entries(), [r#"refund:{"amount":1000}"#]);
     assert_eq!(trail(&outcome), [rewrite("parent/child")]);
@@ -105,11 +102,7 @@ async fn a_grandchilds_decisions_reach_the_top_level_outcome_with_the_full_path(
         ScriptedTurn::text("child done"),
         ScriptedTurn::text("parent done"),
     ]);
-    let agent = parent(&model, &log).decision_trail(true).build().unwrap();
-    let outcome = agent
-        .run(vec![Msg::user("go")], RunContext::new())
-        .await
-        .unwrap();
+    let (_, outcome) = go(parent(&model, &log).decision_trail(true)).await;
     assert_eq!(outcome.reply.text(), "parent done");
     assert_eq!(log.entries(), [r#"refund:{"amount":1000}"#]);
     assert_eq!(trail(&outcome), [rewrite("parent/child/grand")]);
@@ -130,15 +123,10 @@ async fn decisions_of_parent_and_subagents_are_in_the_order_they_were_made() {
         refund(9000),
         ScriptedTurn::text("parent done"),
     ]);
-    let agent = parent(&model, &log)
+    let (_, outcome) = go(parent(&model, &log)
         .hook(RevealNumbers::new().field("submitRefund", "/amount"))
-        .decision_trail(true)
-        .build()
-        .unwrap();
-    let outcome = agent
-        .run(vec![Msg::user("go")], RunContext::new())
-        .await
-        .unwrap();
+        .decision_trail(true))
+    .await;
     let seen: Vec<(String, Option<u64>)> = outcome
         .decisions
         .iter()
@@ -168,15 +156,7 @@ async fn a_denied_child_call_shows_as_a_deny_decision_of_the_child() {
         ScriptedTurn::text("child done"),
         ScriptedTurn::text("parent done"),
     ]);
-    let agent = parent(&model, &log)
-        .hook(no_queries())
-        .decision_trail(true)
-        .build()
-        .unwrap();
-    let outcome = agent
-        .run(vec![Msg::user("go")], RunContext::new())
-        .await
-        .unwrap();
+    let (_, outcome) = go(parent(&model, &log).hook(no_queries()).decision_trail(true)).await;
     assert!(log.entries().is_empty());
     assert_eq!(
         trail(&outcome),
@@ -201,11 +181,7 @@ async fn a_childs_call_the_runtime_rejected_shows_as_a_runtime_decision_of_the_c
         ScriptedTurn::text("child done"),
         ScriptedTurn::text("parent done"),
     ]);
-    let agent = parent(&model, &log).decision_trail(true).build().unwrap();
-    let outcome = agent
-        .run(vec![Msg::user("go")], RunContext::new())
-        .await
-        .unwrap();
+    let (_, outcome) = go(parent(&model, &log).decision_trail(true)).await;
     assert_eq!(
         trail(&outcome),
         [(
@@ -238,15 +214,7 @@ async fn with_the_trail_off_no_agent_of_the_tree_collects_decisions() {
             Ok(())
         })
         .on(EventKind::PostCall);
-        let agent = parent(&model, &log)
-            .hook(probe)
-            .decision_trail(on)
-            .build()
-            .unwrap();
-        let outcome = agent
-            .run(vec![Msg::user("go")], RunContext::new())
-            .await
-            .unwrap();
+        let (_, outcome) = go(parent(&model, &log).hook(probe).decision_trail(on)).await;
         assert_eq!(
             log.entries(),
             [r#"refund:{"amount":1000}"#, r#"refund:{"amount":1000}"#]
@@ -301,17 +269,14 @@ async fn a_cancelled_subagents_decisions_made_before_the_cancel_reach_the_parent
         ScriptedTurn::tool_call("slow", json!({"ms": 600_000})),
         ScriptedTurn::text("parent done"),
     ]);
-    let agent = builder_with_tools(&model, vec![refund_tool(&log), slow_tool()])
-        .name("parent")
-        .hook(refund_cap(1000))
-        .subagent(decl("slowchild", &["submitRefund", "slow"]))
-        .decision_trail(true)
-        .build()
-        .unwrap();
-    let outcome = agent
-        .run(vec![Msg::user("go")], RunContext::new())
-        .await
-        .unwrap();
+    let (_, outcome) = go(
+        builder_with_tools(&model, vec![refund_tool(&log), slow_tool()])
+            .name("parent")
+            .hook(refund_cap(1000))
+            .subagent(decl("slowchild", &["submitRefund", "slow"]))
+            .decision_trail(true),
+    )
+    .await;
     assert_eq!(outcome.reply.text(), "parent done");
     assert_eq!(log.entries(), [r#"refund:{"amount":1000}"#]);
     assert_eq!(trail(&outcome), [rewrite("parent/slowchild")]);
@@ -334,12 +299,7 @@ async fn opted_in_numbers_are_readable_and_everything_else_stays_a_digest() {
         if reveal {
             b = b.hook(RevealNumbers::new().field("submitRefund", "/amount"));
         }
-        let outcome = b
-            .build()
-            .unwrap()
-            .run(vec![Msg::user("go")], RunContext::new())
-            .await
-            .unwrap();
+        let (_, outcome) = go(b).await;
         let d = &outcome.decisions[0];
         assert_eq!(d.kind, DecisionKind::ToolInputRewritten);
         // Digests by default: neither the order id nor the amounts are readable.
