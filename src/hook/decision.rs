@@ -112,11 +112,6 @@ impl Decision {
     pub fn agent_path(&self) -> &str {
         &self.agent_path
     }
-
-    /// Whether a subagent (not the agent whose outcome holds it) made the decision.
-    pub fn is_from_subagent(&self) -> bool {
-        self.agent_path.contains('/')
-    }
 }
 
 /// One numeric argument field a rewrite changed, shown readable because the operator
