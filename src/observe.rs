@@ -15,11 +15,32 @@
 //! OpenTelemetry terms) and collected on [`CallOutcome::decisions`](crate::CallOutcome)
 //! (also visible to `PostCall` and `Error` hooks). Otherwise nothing is built.
 //!
+//! # Subagents
+//! A subagent's decisions are part of its delegating call's trail. Every decision a
+//! subagent run through `agent_spawn` records — its hooks' and the runtime's (a
+//! rejected call, a truncated result), at any depth — appears in the top-level call's
+//! [`CallOutcome::decisions`](crate::CallOutcome) (and in its `PostCall`/`Error`
+//! hooks' view and the streamed [`AgentEvent::Final`](crate::AgentEvent)), in the order
+//! the decisions were made, each with [`Decision::agent_path`]: the path of agent
+//! names from the called agent down to the one that decided (`support/refunder`, the
+//! format of the pending-approval `agent` field); the called agent's own decisions
+//! hold its name (`support`). Decisions are passed up as they are recorded, so those a
+//! subagent made before it was cancelled (its `timeout_seconds`) or failed are kept. A
+//! subagent records whenever its delegating call does. The order holds across
+//! concurrent delegation calls of one turn too, and a subagent's decisions precede
+//! the delegating call's decisions about that call's result. With the trail off nothing is collected,
+//! forwarded or allocated for it, in any agent of the tree.
+//!
+//! # Digests and readable numbers (opt-in)
 //! Digests reveal nothing by default: `"{len}B#{hash}"` (FNV-1a 64 of the JSON form), so
 //! two digests compare equal exactly when the values do. Generation options are shown
 //! in full (they hold no user data). With
 //! [`AgentBuilder::record_content`](crate::AgentBuilder::record_content) digests show a
-//! truncated preview instead.
+//! truncated preview instead. To see the numbers a hook changed without revealing any
+//! other content, opt numeric argument fields in with [`RevealNumbers`] (e.g.
+//! `/amount` of `refund`): a rewrite of such a field lists it readable, before and
+//! after, in [`Decision::changes`] (and the `changes` field of the `tracing` event),
+//! while `before`/`after` stay digests.
 //!
 //! # Spans
 //! Spans follow the OpenTelemetry GenAI semantic conventions (span names carry the
@@ -35,7 +56,7 @@
 //! `record_content(true)`.
 
 /// Re-exported from [`crate::hook`], where decisions are recorded.
-pub use crate::hook::{Decision, DecisionKind};
+pub use crate::hook::{Decision, DecisionKind, FieldChange, RevealNumbers};
 
 /// Metrics through the `metrics` facade (feature `metrics`). Every function is a no-op
 /// without the feature.

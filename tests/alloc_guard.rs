@@ -232,3 +232,64 @@ fn inline_erased_hook_dispatch_does_not_allocate_per_hook() {
         "more subscribed hooks, more allocations"
     );
 }
+
+/// A top-level agent named `parent` with `BigRewrite` (inherited) and the subagent
+/// `child`; the script spawns the child, which calls `add` once, `calls` times.
+fn delegating(trail: bool, calls: usize) -> Agent {
+    let turns: Vec<ScriptedTurn> = (0..calls)
+        .flat_map(|_| {
+            [
+                ScriptedTurn::tool_call(SPAWN_TOOL, json!({"agent_id": "child", "task": "add"})),
+                ScriptedTurn::tool_call("add", json!({"a": 1, "b": 2})),
+                ScriptedTurn::text("3"),
+                ScriptedTurn::text("3"),
+            ]
+        })
+        .collect();
+    let child = SubagentDeclaration::builder("child")
+        .description("adds")
+        .tools(["add"])
+        .build()
+        .unwrap();
+    Agent::builder()
+        .name("parent")
+        .model(ScriptedModel::new(turns))
+        .toolkit(tools())
+        .without_global_hooks()
+        .hook(BigRewrite)
+        .subagent(child)
+        .decision_trail(trail)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn without_the_trail_no_agent_of_a_delegation_tree_builds_decision_records() {
+    let rt = rt();
+    let off = delegating(false, 3);
+    let on = delegating(true, 3);
+    let outcome = rt
+        .block_on(on.run(vec![Msg::user("warm")], RunContext::new()))
+        .unwrap();
+    let paths: Vec<&str> = outcome.decisions.iter().map(|d| d.agent_path()).collect();
+    assert_eq!(
+        paths,
+        ["parent", "parent/child"],
+        "the child's rewrite reaches the parent"
+    );
+    assert!(
+        rt.block_on(off.run(vec![Msg::user("warm")], RunContext::new()))
+            .unwrap()
+            .decisions
+            .is_empty()
+    );
+    let ctx = || RunContext::new().with_session_id("t");
+    let (_, bytes_off) = measure(&rt, off.call_with(vec![Msg::user("1+2")], ctx()));
+    let (_, bytes_on) = measure(&rt, on.call_with(vec![Msg::user("1+2")], ctx()));
+    // Recording serializes the 1 MiB rewritten input of the parent's and of the
+    // child's call for their digests; without the trail neither agent did that work.
+    assert!(
+        bytes_on >= bytes_off + (2 << 20),
+        "recording should cost both agents' digests: on={bytes_on} off={bytes_off}"
+    );
+}

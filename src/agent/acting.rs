@@ -37,10 +37,11 @@ use super::fire::{Payload, changed};
 use super::memory::CallMemory;
 use super::run::{Call, emit};
 use super::stream::AgentEvent;
-use crate::context::EventSink;
+use crate::context::{DecisionSink, EventSink};
 use crate::error::Error;
 use crate::hook::{
-    ActingChunkEvent, Decision, DecisionKind, EventKind, HookEvent, PostActingEvent, PreActingEvent,
+    ActingChunkEvent, Decision, DecisionKind, EventKind, Forward, HookEvent, PostActingEvent,
+    PreActingEvent,
 };
 use crate::message::{Msg, ToolResult, ToolUse};
 use crate::model::accumulate::normalize_arguments;
@@ -337,12 +338,42 @@ impl Call<'_> {
             reason: Some(reason.to_owned()),
             agent_id: self.agent.info.id.clone(),
             tool_call_id: Some(tool_call_id.to_owned()),
+            agent_path: self.agent.info.name.clone(),
+            changes: Vec::new(),
         };
         crate::hook::emit_decision(&d);
+        self.forward(std::slice::from_ref(&d));
         self.trail
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(d);
+    }
+
+    /// Sends decisions this call recorded on to the delegating call, when this call is
+    /// a subagent's and its parent records decisions (see [`Forward`]).
+    pub(super) fn forward(&self, made: &[Decision]) {
+        let sink = self.ctx.decision_sink();
+        if sink.is_some() {
+            for d in made {
+                crate::hook::forward(sink, d);
+            }
+        }
+    }
+
+    /// Merges into the trail the decisions the subagents of this step's delegation
+    /// calls recorded so far (already passed on up the tree), in the order they were
+    /// recorded.
+    fn merge_forwarded(&self, sink: Option<&DecisionSink>) {
+        let Some(f) = sink.and_then(DecisionSink::get::<Forward>) else {
+            return;
+        };
+        let got = f.take();
+        if !got.is_empty() {
+            self.trail
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(got);
+        }
     }
 
     /// Runs the turn's calls: contiguous concurrency-safe calls together (at most the
@@ -361,6 +392,14 @@ impl Call<'_> {
         } else {
             (None, None)
         };
+        // A delegating agent that records decisions collects its subagents' decisions
+        // here while the calls run (one forwarder per step, only then).
+        let decisions = (self.meta.mode.on && self.agent.delegation.is_some()).then(|| {
+            DecisionSink::new(Forward::new(
+                &self.agent.info.name,
+                self.ctx.decision_sink(),
+            ))
+        });
         let concurrency = self.agent.limits.tool_concurrency.max(1);
         let mut results = Vec::with_capacity(planned.len());
         let mut start = 0;
@@ -372,7 +411,8 @@ impl Call<'_> {
                     end += 1;
                 }
             }
-            let calls = (start..end).map(|i| self.run_tool(&planned[i], i, tx.clone()));
+            let calls =
+                (start..end).map(|i| self.run_tool(&planned[i], i, tx.clone(), decisions.as_ref()));
             // `join_all` for a group within the limit (no per-future task node); a
             // larger group runs through an ordered buffer of `concurrency` slots.
             let group = if end - start <= concurrency {
@@ -441,6 +481,7 @@ impl Call<'_> {
         p: &Planned,
         index: usize,
         progress: Option<UnboundedSender<ProgressChunk>>,
+        decisions: Option<&DecisionSink>,
     ) -> Ran {
         let ToolUse { id, name, input } = &p.tool_use;
         let span = tracing::info_span!(
@@ -465,9 +506,11 @@ impl Call<'_> {
             .as_ref()
             .map(|_| Arc::new(std::sync::Mutex::new(None)));
         let (mut result, status) = self
-            .run_tool_in_span(p, index, progress, suspend.clone())
+            .run_tool_in_span(p, index, progress, suspend.clone(), decisions)
             .instrument(span.clone())
             .await;
+        // What its subagents decided precedes what happens to the call's result.
+        self.merge_forwarded(decisions);
         let pending =
             suspend.and_then(|slot| slot.lock().unwrap_or_else(PoisonError::into_inner).take());
         self.cap_result(&mut result);
@@ -517,6 +560,7 @@ impl Call<'_> {
         index: usize,
         progress: Option<UnboundedSender<ProgressChunk>>,
         suspend: Option<Arc<std::sync::Mutex<Option<Vec<Value>>>>>,
+        decisions: Option<&DecisionSink>,
     ) -> (ToolResult, &'static str) {
         let ToolUse { id, name, input } = &p.tool_use;
         if let Some((text, status)) = &p.rejection {
@@ -557,6 +601,7 @@ impl Call<'_> {
                 .filter(|_| self.agent.delegation.is_some())
                 .map(|s| EventSink::new(s.clone())),
             suspend,
+            decisions: decisions.cloned(),
         };
         let limit = entry.tool.timeout().unwrap_or(self.agent.tool_timeout);
         // Created inside the guarded block: a tool that panics before returning its

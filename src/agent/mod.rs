@@ -120,8 +120,9 @@ pub struct CallOutcome {
     pub usage: Usage,
     /// How many model calls the call made.
     pub model_calls: u32,
-    /// The decisions hooks made, in order (empty unless the call recorded them: see
-    /// [`crate::observe`]).
+    /// The decisions hooks (and the runtime) made, in order, including those of the
+    /// subagents it delegated to, with their agent path (empty unless the call
+    /// recorded them: see [`crate::observe`]).
     pub decisions: Vec<Decision>,
 }
 

@@ -133,7 +133,11 @@ impl AgentInner {
         sink: Option<Sink>,
         format: Option<&ResponseFormat>,
     ) -> Result<CallOutcome, Error> {
-        let mode = TrailMode::decide(self.trail, self.record_content);
+        // A subagent records when its delegating call does (its decisions reach it).
+        let mode = TrailMode::decide(
+            self.trail || ctx.decision_sink().is_some(),
+            self.record_content,
+        );
         let key = SessionKey::new(ctx.user_id(), ctx.session_id());
         // The session's slot (in-process FIFO), its lease (with leasing), in line
         // with the store; on a failure (e.g. `Busy`) nothing ran.
@@ -265,6 +269,7 @@ impl Call<'_> {
                 for d in &made {
                     crate::hook::emit_decision(d);
                 }
+                self.forward(&made);
                 self.trail
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)

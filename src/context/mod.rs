@@ -13,6 +13,7 @@ pub use kind::EventKind;
 pub use run::{AgentInfo, Extensions, RunContext};
 
 use std::any::Any;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// Why a call's loop ended.
@@ -36,26 +37,50 @@ pub enum StopReason {
     SubagentStopped,
 }
 
-/// The streaming caller's event sink, opaque below the agent layer: a tool that
-/// delegates (the `agent_spawn` tool) forwards its subagent's events through it. Set
-/// only on agents that delegate, while a caller streams.
-#[derive(Clone)]
-pub(crate) struct EventSink(Arc<dyn Any + Send + Sync>);
+/// A value an upper layer hands down through the lower ones, opaque to them: the
+/// upper layer wraps it and downcasts it back. `K` only tells the channels apart.
+pub(crate) struct Opaque<K>(Arc<dyn Any + Send + Sync>, PhantomData<fn() -> K>);
 
-impl EventSink {
-    /// Wraps a sink (the agent layer's event sender).
-    pub(crate) fn new<T: Any + Send + Sync>(sink: T) -> Self {
-        Self(Arc::new(sink))
+impl<K> Opaque<K> {
+    /// Wraps a value of the upper layer.
+    pub(crate) fn new<T: Any + Send + Sync>(value: T) -> Self {
+        Self(Arc::new(value), PhantomData)
     }
 
-    /// The sink, if it is a `T`.
+    /// The value, if it is a `T`.
     pub(crate) fn get<T: Any>(&self) -> Option<&T> {
         self.0.downcast_ref()
     }
 }
 
-impl std::fmt::Debug for EventSink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("EventSink")
+impl<K> Clone for Opaque<K> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0), PhantomData)
     }
 }
+
+impl<K> std::fmt::Debug for Opaque<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Opaque")
+    }
+}
+
+/// Marks [`EventSink`].
+#[derive(Debug)]
+pub(crate) enum Events {}
+
+/// Marks [`DecisionSink`].
+#[derive(Debug)]
+pub(crate) enum Decisions {}
+
+/// The streaming caller's event sink, opaque below the agent layer (the agent layer's
+/// event sender): a tool that delegates (the `agent_spawn` tool) forwards its
+/// subagent's events through it. Set only on agents that delegate, while a caller
+/// streams.
+pub(crate) type EventSink = Opaque<Events>;
+
+/// Where a subagent call sends the decisions it records, opaque below the hook layer
+/// (the hook layer's forwarder into the delegating call's trail). Set only while the
+/// delegating call records decisions: on the delegating tool's context, and by that
+/// tool on its subagent's run context. Absent, nothing is forwarded or allocated.
+pub(crate) type DecisionSink = Opaque<Decisions>;

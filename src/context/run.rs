@@ -184,6 +184,9 @@ struct Ids {
 pub struct RunContext {
     ids: Arc<Ids>,
     extensions: Extensions,
+    /// Set on a subagent's context while the delegating call records decisions: the
+    /// subagent's decisions are forwarded there as they are recorded.
+    decisions: Option<super::DecisionSink>,
 }
 
 /// Marks a run as in progress for the duration of one call; clears it on drop.
@@ -214,6 +217,7 @@ impl RunContext {
                 user_id: None,
             }),
             extensions: Extensions::default(),
+            decisions: None,
         }
     }
 
@@ -236,6 +240,7 @@ impl RunContext {
                 user_id: self.ids.user_id.clone(),
             }),
             extensions: self.extensions.snapshot(),
+            decisions: self.decisions.clone(),
         };
         derived.extensions.active.store(true, Ordering::Release);
         tracing::debug!(
@@ -259,7 +264,19 @@ impl RunContext {
                 user_id: self.ids.user_id.clone(),
             }),
             extensions: self.extensions.snapshot(),
+            decisions: None,
         }
+    }
+
+    /// Forwards the decisions of the call run in this (subagent) context to `sink` as
+    /// they are recorded (see [`super::DecisionSink`]).
+    pub(crate) fn forward_decisions_to(&mut self, sink: super::DecisionSink) {
+        self.decisions = Some(sink);
+    }
+
+    /// Where the decisions of the call run in this context are forwarded, if anywhere.
+    pub(crate) fn decision_sink(&self) -> Option<&super::DecisionSink> {
+        self.decisions.as_ref()
     }
 
     fn ids_mut(&mut self) -> &mut Ids {

@@ -91,6 +91,7 @@ impl PreActingEvent {
                 None,
                 Some(&id),
             );
+            self.meta.reveal_changes(&self.tool_use, &tool_use);
         }
         if tool_use.name != self.tool_use.name || tool_use.input != self.tool_use.input {
             if self.original.is_none() {

@@ -5,9 +5,9 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::time::Instant;
 
-use super::decision::{Decision, DecisionKind, TrailMode, digest};
+use super::decision::{Decision, DecisionKind, RevealNumbers, TrailMode, digest};
 use crate::context::{AgentInfo, RunContext};
-use crate::message::Msg;
+use crate::message::{Msg, ToolUse};
 use crate::model::{GenerateOptions, Messages};
 
 /// A hook's name and priority, as the chain knows them (indexed like its entries).
@@ -125,7 +125,20 @@ impl EventMeta {
             reason,
             agent_id: self.call.agent.id.clone(),
             tool_call_id: tool_call_id.map(str::to_owned),
+            agent_path: self.call.agent.name.clone(),
+            changes: Vec::new(),
         });
+    }
+
+    /// Adds to the decision just recorded the readable changes of the numeric fields
+    /// the operator opted into ([`RevealNumbers`] in the run context), if any.
+    pub(crate) fn reveal_changes(&mut self, before: &ToolUse, after: &ToolUse) {
+        let Some(reveal) = self.call.ctx.extensions().get::<RevealNumbers>() else {
+            return;
+        };
+        if let Some(d) = self.trail.last_mut() {
+            d.changes = reveal.changes(before, after);
+        }
     }
 
     /// Replaces a messages list (`PreReasoning`, `PreSummary`), recording the change.

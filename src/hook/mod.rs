@@ -60,8 +60,8 @@ mod site;
 
 pub use acting::{ActingChunkEvent, PostActingEvent, PreActingEvent};
 pub(crate) use chain::HookChain;
-pub use decision::{Decision, DecisionKind};
-pub(crate) use decision::{TrailMode, emit_decision};
+pub use decision::{Decision, DecisionKind, FieldChange, RevealNumbers};
+pub(crate) use decision::{Forward, TrailMode, emit_decision, forward};
 pub(crate) use erase::RegisteredHook;
 pub use erase::{HookSettings, IntoHook, RegisteredHookHandle, marker};
 pub use event::{

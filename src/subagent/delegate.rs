@@ -425,7 +425,11 @@ impl SpawnTool {
         let session = child_session(&id, parent.session_id());
         // The caller's context values (e.g. approval decisions) reach the subagent;
         // the parent run's own state does not.
-        let child_ctx = parent.child_context(&session);
+        let mut child_ctx = parent.child_context(&session);
+        // While this call records decisions, the subagent's reach it as they are made.
+        if let Some(sink) = &ctx.decisions {
+            child_ctx.forward_decisions_to(sink.clone());
+        }
         // A call suspended on the subagent's waiting calls resumes the subagent.
         let input = if self.delegation.resumes(ctx.tool_use_id()) {
             Vec::new()

@@ -43,7 +43,7 @@ use std::future::Future;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::context::{AgentInfo, EventSink, RunContext};
+use crate::context::{AgentInfo, DecisionSink, EventSink, RunContext};
 
 /// A tool's description as offered to the model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -263,6 +263,9 @@ pub struct ToolContext {
     pub(crate) progress: Option<futures::channel::mpsc::UnboundedSender<ProgressChunk>>,
     /// The streaming caller's sink, for forwarding subagent events.
     pub(crate) events: Option<EventSink>,
+    /// Where a delegating tool sends its subagent's decisions (present only on agents
+    /// that delegate, while the call records decisions).
+    pub(crate) decisions: Option<DecisionSink>,
     /// Where a delegating tool leaves the calls its subagent stopped on (present only
     /// on agents that delegate): the call is then suspended instead of answered.
     pub(crate) suspend: Option<Arc<std::sync::Mutex<Option<Vec<serde_json::Value>>>>>,

@@ -23,7 +23,7 @@ fn audit(sink: &MemoryAuditSink) -> Arc<AuditHook> {
     ))
 }
 
-fn refund_cap(max: u64) -> ToolGuardHook {
+pub fn refund_cap(max: u64) -> ToolGuardHook {
     let config: ToolGuardConfig = serde_json::from_value(json!({
         "enabled": true,
         "numeric_caps": {"amount": max}

@@ -12,6 +12,7 @@ mod audit_jsonl;
 mod build;
 mod chain_properties;
 mod crash;
+mod decision_trail;
 mod durable;
 mod error_sources;
 mod failure_policy;
