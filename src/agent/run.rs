@@ -25,10 +25,12 @@ use tracing::field::Empty;
 /// user-role message (marked synthetic) sent after the conversation in the next reasoning
 /// request only, never stored — the empty turn is not stored either, so memory holds
 /// only what the model actually said. Small models misread a reminder about "your
-/// previous response" when that response is not in front of them, so the wording asks
-/// for the answer from what is there.
-pub(super) const EMPTY_NUDGE: &str = "Please answer my last message now, using the \
-     conversation and any tool results above (or call a tool if you still need one).";
+/// previous response" when that response is not in front of them, and read "my last
+/// message" as the nudge itself, so the wording points at the question and the tool
+/// results already in the conversation (on Qwen2.5-Coder-1.5B this wording got the answer
+/// where both others got "I am unable to assist").
+pub(super) const EMPTY_NUDGE: &str =
+    "Please answer my question above, using the tool results you already have.";
 
 /// Given to the summary call (not persisted) when the iteration limit is reached.
 const SUMMARY_INSTRUCTION: &str = "You have failed to generate a response within the maximum \

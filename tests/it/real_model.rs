@@ -377,8 +377,6 @@ async fn a_real_reply_repeating_a_phone_number_from_a_tool_result_is_masked() {
 }
 
 #[tokio::test]
-#[ignore = "needs issue 16 item 5: agent_spawn rejects the extra properties the 1.5B model \
-            adds (shared/reference/real-local-model.md); not yet run green on this machine"]
 async fn a_real_parent_delegates_through_agent_spawn_and_the_childs_tool_call_passes_inherited_hooks()
  {
     let Some(url) = server() else { return };
