@@ -424,7 +424,10 @@ async fn an_empty_answer_is_not_stored_and_only_the_reask_carries_a_nudge() {
     assert_eq!(nudge.role, Role::User);
     assert_eq!(synthetic(&reask), vec![nudge]);
     // The small-model failure: a reminder about a "previous response" the model cannot see.
-    assert!(!nudge.text().to_lowercase().contains("previous"), "{nudge:?}");
+    assert!(
+        !nudge.text().to_lowercase().contains("previous"),
+        "{nudge:?}"
+    );
     // Memory holds what was said: the question and the answer.
     let memory = agent.messages(&key("e1")).await;
     assert_eq!(memory.len(), 2, "{memory:?}");
@@ -465,7 +468,11 @@ async fn an_empty_answer_after_a_tool_result_is_reasked_and_memory_stays_valid()
     assert_memory_valid(&memory);
     assert!(!memory.iter().any(is_empty_turn), "{memory:?}");
     assert!(synthetic(&memory).is_empty(), "{memory:?}");
-    assert_eq!(memory.len(), 4, "question, tool call, result, answer: {memory:?}");
+    assert_eq!(
+        memory.len(),
+        4,
+        "question, tool call, result, answer: {memory:?}"
+    );
 }
 
 #[tokio::test]
