@@ -244,7 +244,13 @@ async fn a_real_model_streams_text_deltas_a_tool_call_its_result_and_the_final_r
         let Some(AgentEvent::Final(outcome)) = events.last() else {
             return Err(format!("the stream does not end with Final: {events:?}"));
         };
-        let answer: String = events[result..]
+        // Deltas of a turn the loop discarded (an empty turn re-asked) end with
+        // `ReasoningRedone`; the answer is what was streamed after the last one.
+        let from = events
+            .iter()
+            .rposition(|e| matches!(e, AgentEvent::ReasoningRedone))
+            .map_or(result, |redone| redone.max(result));
+        let answer: String = events[from..]
             .iter()
             .filter_map(|e| match e {
                 AgentEvent::TextDelta(t) => Some(t.as_str()),
