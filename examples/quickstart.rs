@@ -12,8 +12,9 @@
 //! eval "$(scripts/real-model env)" && cargo run --all-features --example quickstart
 //! ```
 //!
-//! The prompts are written for small models too: a short system prompt that says what to
-//! do when a call is denied, and questions that stand on their own.
+//! The prompts are written for small models too: a short system prompt that says to call
+//! the tool once and what to do when a call is denied, and questions that stand on their
+//! own (the second runs in a session of its own).
 //!
 //! The first output line says which model runs.
 
@@ -110,10 +111,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let agent = Agent::builder()
         .name("calculator")
-        // Short on purpose: with a longer system prompt the 1.5B local model described
-        // tool calls in prose instead of making them.
+        // Short and direct on purpose: with a longer system prompt the 1.5B local model
+        // described tool calls in prose instead of making them.
         .sys_prompt(
-            "You are a careful calculator. If a tool call is denied, say why in one sentence.",
+            "You are a calculator. For every question, call add once, then answer in one \
+             sentence using its result. If the call is denied, say why in one sentence.",
         )
         .model(model)
         // Deterministic on a real model too (dropped for models without sampling options).
@@ -128,7 +130,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let reply = agent.call(Msg::user("What is 1 + 2?")).await?;
     println!("=> {}\n", reply.text());
 
-    let reply = agent.call(Msg::user("What is -5 + 3?")).await?;
+    // A session of its own: after the first exchange in its context, the 1.5B local model
+    // answered "-5 + 3" by itself instead of calling the tool (so the hook never ran).
+    let own_session = RunContext::new().with_session_id("second-question");
+    let reply = agent
+        .call_with(vec![Msg::user("What is -5 + 3?")], own_session)
+        .await?;
     println!("=> {}", reply.text());
     Ok(())
 }

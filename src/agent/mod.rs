@@ -13,6 +13,8 @@
 //!                  ├─ stop_agent()          → return (pending tool uses resumable)
 //!                  ├─ goto_reasoning(msgs)  → store, append msgs, reason again (bounded)
 //!                  ├─ no tool use + text    → final answer
+//!                  ├─ no tool use, no text  → not stored; reason again with a one-off
+//!                  │                          nudge (bounded: counts as an iteration)
 //!                  └─ tool uses: PreActing* ─► execute (concurrent where safe)
 //!                                ─► ActingChunk* ─► PostActing*
 //!                                any stop_agent() → return; else next iteration
@@ -31,8 +33,13 @@
 //! The next call then decides: no input resumes (runs them), input made only of tool
 //! results supplies them, and any other input marks them "not executed" and moves on.
 //!
-//! An empty model answer (no text, no tool call) appends a synthetic reminder and
-//! reasons again (bounded by `max_iters`).
+//! An empty model answer (no visible text, no tool call) is never stored: the loop
+//! reasons again, and that one request ends with a user-role nudge (marked
+//! `"rein.synthetic": true`) asking for an answer from the conversation and the tool
+//! results so far. The nudge is not stored either, so memory holds only what the model
+//! said; each empty answer counts as an iteration (bounded by `max_iters`). A streaming
+//! caller that was sent deltas of the empty turn (blank text, thinking) gets
+//! [`AgentEvent::ReasoningRedone`].
 //!
 //! # Durable sessions
 //! With a [`SessionStore`] ([`AgentBuilder::session_store`]) conversations outlive the

@@ -21,9 +21,16 @@ use crate::model::{Messages, ModelRequest, ResponseFormat, Usage};
 use tracing::Instrument;
 use tracing::field::Empty;
 
-/// Appended (persisted, marked synthetic) when the model answers with neither text nor
-/// tool calls.
-const EMPTY_REMINDER: &str = "Your previous response was empty. Answer the user, or call a tool.";
+/// The re-ask after an empty model turn (neither visible text nor tool calls): a
+/// user-role message (marked synthetic) sent after the conversation in the next reasoning
+/// request only, never stored — the empty turn is not stored either, so memory holds
+/// only what the model actually said. Small models misread a reminder about "your
+/// previous response" when that response is not in front of them, and read "my last
+/// message" as the nudge itself, so the wording points at the question and the tool
+/// results already in the conversation (on Qwen2.5-Coder-1.5B this wording got the answer
+/// where both others got "I am unable to assist").
+pub(super) const EMPTY_NUDGE: &str =
+    "Please answer my question above, using the tool results you already have.";
 
 /// Given to the summary call (not persisted) when the iteration limit is reached.
 const SUMMARY_INSTRUCTION: &str = "You have failed to generate a response within the maximum \
@@ -61,8 +68,9 @@ pub(super) struct Call<'a> {
     pub(super) model_calls: u32,
     /// Decisions recorded so far (only touched when the call records).
     pub(super) trail: Mutex<Vec<Decision>>,
-    /// Withdrawn turns and their corrections ([`PostReasoningEvent::retract_and_redo`]):
-    /// sent after the conversation until a turn is accepted, never stored.
+    /// Withdrawn turns and their corrections ([`PostReasoningEvent::retract_and_redo`]),
+    /// and the re-ask after an empty turn ([`EMPTY_NUDGE`]): sent after the conversation
+    /// until a turn is accepted, never stored.
     retracted: Vec<Msg>,
     /// The call's structured-output format ([`Agent::call_typed`](crate::Agent::call_typed)),
     /// put into every reasoning and summary request's options before `PreReasoning` /
@@ -397,8 +405,13 @@ impl Call<'_> {
                     memory.push(msg.clone());
                     return self.finish(msg, StopReason::Final).await;
                 }
-                memory.push(msg);
-                memory.push(Msg::user(EMPTY_REMINDER).synthetic());
+                // Empty: neither the turn nor the nudge is stored; the nudge goes with
+                // the next request only (cleared, like a withdrawn turn, once a turn is
+                // accepted). Bounded by `max_iters`.
+                if !self.agent.hold_deltas && streamed_something(&msg) {
+                    emit(self.sink, || AgentEvent::ReasoningRedone);
+                }
+                self.retracted.push(Msg::user(EMPTY_NUDGE).synthetic());
                 iteration += 1;
                 continue;
             }
@@ -470,6 +483,16 @@ impl Call<'_> {
             .await?;
         Ok((e.message, e.goto, e.retract, e.stop))
     }
+}
+
+/// `true` when a streaming caller was sent deltas of `msg` (text or thinking, even
+/// blank): then an empty turn is followed by `ReasoningRedone`.
+fn streamed_something(msg: &Msg) -> bool {
+    msg.content.iter().any(|b| match b {
+        ContentBlock::Text(t) => !t.is_empty(),
+        ContentBlock::Thinking(t) => !t.text.is_empty(),
+        _ => false,
+    })
 }
 
 /// The messages a redo leaves: the redone message, its tool uses paired with results

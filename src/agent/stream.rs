@@ -41,7 +41,9 @@ pub enum AgentEvent {
     },
     /// A tool result as recorded (after `PostActing` rewrites).
     ToolResult(ToolResult),
-    /// A hook redid reasoning: the deltas of the last model turn were not the answer.
+    /// A hook redid reasoning, or the model's turn was empty (blank text or thinking
+    /// only) and the loop asks again: the deltas of the last model turn were not the
+    /// answer.
     ReasoningRedone,
     /// An event of a subagent, tagged with its agent path from the top-level agent
     /// (e.g. `"support/log-analyst"`). Nested subagents' events carry their full path.

@@ -1,8 +1,9 @@
-//! goto_reasoning, stop_agent and resume, the iteration limit.
+//! goto_reasoning, stop_agent and resume, the iteration limit, empty answers.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use futures::StreamExt;
 use rein::*;
 use serde_json::json;
 
@@ -387,17 +388,137 @@ async fn the_default_iteration_limit_is_ten() {
     assert_eq!(log.entries().len(), 10);
 }
 
+/// The synthetic user-role messages of `messages` (the runtime's own).
+fn synthetic(messages: &[Msg]) -> Vec<&Msg> {
+    messages
+        .iter()
+        .filter(|m| m.metadata.get("rein.synthetic") == Some(&json!(true)))
+        .collect()
+}
+
+/// `true` for an assistant message with neither visible text nor tool calls.
+fn is_empty_turn(m: &Msg) -> bool {
+    m.role == Role::Assistant && !m.has_visible_text() && m.tool_uses().is_empty()
+}
+
 #[tokio::test]
-async fn an_empty_answer_gets_a_reminder_and_another_reasoning_step() {
+async fn an_empty_answer_is_not_stored_and_only_the_reask_carries_a_nudge() {
     let model = ScriptedModel::new([
         ScriptedTurn::text("").with_thinking("..."),
         ScriptedTurn::text("real answer"),
+        ScriptedTurn::text("second answer"),
     ]);
     let agent = builder(&model).build().unwrap();
-    let reply = agent.call(Msg::user("hi")).await.unwrap();
+    let reply = agent
+        .call_with(vec![Msg::user("hi")], session("e1"))
+        .await
+        .unwrap();
     assert_eq!(reply.text(), "real answer");
-    let second = &model.requests()[1].messages;
-    let reminder = second.last().unwrap();
-    assert_eq!(reminder.role, Role::User);
-    assert_eq!(reminder.metadata.get("rein.synthetic"), Some(&json!(true)));
+    let requests = model.requests();
+    let reask: Vec<Msg> = requests[1].messages.iter().cloned().collect();
+    assert!(
+        !reask.iter().any(is_empty_turn),
+        "the empty turn was sent back to the model: {reask:?}"
+    );
+    let nudge = reask.last().unwrap();
+    assert_eq!(nudge.role, Role::User);
+    assert_eq!(synthetic(&reask), vec![nudge]);
+    // The small-model failure: a reminder about a "previous response" the model cannot see.
+    assert!(
+        !nudge.text().to_lowercase().contains("previous"),
+        "{nudge:?}"
+    );
+    // Memory holds what was said: the question and the answer.
+    let memory = agent.messages(&key("e1")).await;
+    assert_eq!(memory.len(), 2, "{memory:?}");
+    assert_eq!(memory[0].text(), "hi");
+    assert_eq!(memory[1].text(), "real answer");
+    // The nudge was for that one request.
+    agent
+        .call_with(vec![Msg::user("again")], session("e1"))
+        .await
+        .unwrap();
+    let third: Vec<Msg> = model.requests()[2].messages.iter().cloned().collect();
+    assert!(synthetic(&third).is_empty(), "{third:?}");
+}
+
+#[tokio::test]
+async fn an_empty_answer_after_a_tool_result_is_reasked_and_memory_stays_valid() {
+    let log = Log::default();
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("add", json!({"a": 1, "b": 2})),
+        ScriptedTurn::text("  \n"),
+        ScriptedTurn::text("1 + 2 = 3"),
+    ]);
+    let agent = builder(&model)
+        .toolkit(toolkit_with(vec![add_tool(&log)]))
+        .build()
+        .unwrap();
+    let reply = agent
+        .call_with(vec![Msg::user("1 + 2?")], session("e2"))
+        .await
+        .unwrap();
+    assert_eq!(reply.text(), "1 + 2 = 3");
+    let reask: Vec<Msg> = model.requests()[2].messages.iter().cloned().collect();
+    let n = reask.len();
+    assert_eq!(synthetic(&reask), vec![&reask[n - 1]]);
+    assert_eq!(reask[n - 1].role, Role::User);
+    assert_eq!(reask[n - 2].tool_results().len(), 1, "{reask:?}");
+    let memory = agent.messages(&key("e2")).await;
+    assert_memory_valid(&memory);
+    assert!(!memory.iter().any(is_empty_turn), "{memory:?}");
+    assert!(synthetic(&memory).is_empty(), "{memory:?}");
+    assert_eq!(
+        memory.len(),
+        4,
+        "question, tool call, result, answer: {memory:?}"
+    );
+}
+
+#[tokio::test]
+async fn empty_answers_are_bounded_by_max_iters_and_never_stored() {
+    let model = ScriptedModel::new([
+        ScriptedTurn::text(""),
+        ScriptedTurn::text(""),
+        ScriptedTurn::text("summary"),
+    ]);
+    let agent = builder(&model).max_iters(2).build().unwrap();
+    let out = agent
+        .run(vec![Msg::user("hi")], session("e3"))
+        .await
+        .unwrap();
+    assert_eq!(out.reason, StopReason::MaxIterations);
+    assert_eq!(out.model_calls, 3);
+    // The summary request carries its own instruction, not a leftover nudge.
+    let summary: Vec<Msg> = model.requests()[2].messages.iter().cloned().collect();
+    assert_eq!(synthetic(&summary).len(), 1, "{summary:?}");
+    let memory = agent.messages(&key("e3")).await;
+    assert_eq!(memory.len(), 2, "the question and the summary: {memory:?}");
+    assert_eq!(memory[1].text(), "summary");
+}
+
+#[tokio::test]
+async fn a_streamed_empty_turn_is_followed_by_reasoning_redone_before_the_answer() {
+    let model = ScriptedModel::new([
+        ScriptedTurn::text("").with_thinking("thinking it over"),
+        ScriptedTurn::text("real answer"),
+    ]);
+    let agent = builder(&model).build().unwrap();
+    let events: Vec<AgentEvent> = agent
+        .stream(vec![Msg::user("hi")], RunContext::new())
+        .collect()
+        .await;
+    let thought = events
+        .iter()
+        .position(|e| matches!(e, AgentEvent::ThinkingDelta(_)));
+    let redone = events
+        .iter()
+        .position(|e| matches!(e, AgentEvent::ReasoningRedone));
+    let answer = events
+        .iter()
+        .position(|e| matches!(e, AgentEvent::TextDelta(t) if t.contains("real")));
+    let (Some(thought), Some(redone), Some(answer)) = (thought, redone, answer) else {
+        panic!("missing events: {events:?}");
+    };
+    assert!(thought < redone && redone < answer, "{events:?}");
 }

@@ -121,10 +121,13 @@ fn weather_tool(log: &Log) -> FunctionTool {
 }
 
 /// The child's system prompt in the delegation test. The weather tests themselves send no
-/// system prompt: with one, the 1.5B model described the tool call in prose instead of
-/// making it (observed on this server build).
-const WEATHER_PROMPT: &str = "You are a weather assistant. Always call the get_weather tool to \
-                              look up the weather, then answer in one sentence using its result.";
+/// system prompt, so the tool loop also meets the runtime's empty-turn re-ask: on this
+/// server build (one inference thread) the model calls the tool three times, answers with
+/// an empty turn, and answers from the results after the nudge. Prompts tried on the 1.5B
+/// model: "Always call the get_weather tool to look up the weather" got the call described
+/// in prose; "Call get_weather once" got the call and then the answer.
+const WEATHER_PROMPT: &str = "You are a weather assistant. Call get_weather once, then answer \
+                              in one sentence using its result.";
 
 /// Runs `scenario` up to [`ATTEMPTS`] times (one at a time on the server) until it
 /// returns `Ok`; fails with every attempt's reason.
@@ -241,7 +244,13 @@ async fn a_real_model_streams_text_deltas_a_tool_call_its_result_and_the_final_r
         let Some(AgentEvent::Final(outcome)) = events.last() else {
             return Err(format!("the stream does not end with Final: {events:?}"));
         };
-        let answer: String = events[result..]
+        // Deltas of a turn the loop discarded (an empty turn re-asked) end with
+        // `ReasoningRedone`; the answer is what was streamed after the last one.
+        let from = events
+            .iter()
+            .rposition(|e| matches!(e, AgentEvent::ReasoningRedone))
+            .map_or(result, |redone| redone.max(result));
+        let answer: String = events[from..]
             .iter()
             .filter_map(|e| match e {
                 AgentEvent::TextDelta(t) => Some(t.as_str()),
@@ -336,6 +345,11 @@ async fn a_real_reply_repeating_a_phone_number_from_a_tool_result_is_masked() {
             },
         );
         let agent = agent(&url)
+            // Without it the model called the tool four times, then said it had no results.
+            .sys_prompt(
+                "You are a support assistant. Call lookup_customer once, then answer in one \
+                 sentence using its result.",
+            )
             .toolkit(toolkit_with(vec![lookup]))
             .hook(MaskingHook::new(
                 MaskingConfig {
@@ -377,8 +391,6 @@ async fn a_real_reply_repeating_a_phone_number_from_a_tool_result_is_masked() {
 }
 
 #[tokio::test]
-#[ignore = "needs issue 16 item 5: agent_spawn rejects the extra properties the 1.5B model \
-            adds (shared/reference/real-local-model.md); not yet run green on this machine"]
 async fn a_real_parent_delegates_through_agent_spawn_and_the_childs_tool_call_passes_inherited_hooks()
  {
     let Some(url) = server() else { return };
@@ -389,10 +401,12 @@ async fn a_real_parent_delegates_through_agent_spawn_and_the_childs_tool_call_pa
         let agent = agent(&url)
             .name("dispatcher")
             .max_iters(4)
+            // With get_weather in view (the child can only use the parent's tools) and a
+            // plain weather question, the 1.5B model called get_weather, then described
+            // agent_spawn in prose after the denial: here the user asks for the delegation.
             .sys_prompt(
-                "You are a dispatcher. You cannot look up weather yourself. For any weather \
-                 question, call agent_spawn with agent_id \"weather\" and the question as the \
-                 task, then answer with its result.",
+                "You are a dispatcher. Call agent_spawn once with agent_id \"weather\" and the \
+                 user's question as the task, then answer in one sentence using its result.",
             )
             .toolkit(toolkit_with(vec![weather_tool(&log)]))
             .subagent(
@@ -425,7 +439,9 @@ async fn a_real_parent_delegates_through_agent_spawn_and_the_childs_tool_call_pa
             .build()
             .unwrap();
         let reply = agent
-            .call(Msg::user("What is the weather in Paris right now?"))
+            .call(Msg::user(
+                "Use agent_spawn to ask the weather agent: what is the weather in Paris?",
+            ))
             .await
             .map_err(|e| format!("the call failed: {e}"))?;
         let seen = record.entries();
