@@ -457,3 +457,45 @@ async fn a_real_parent_delegates_through_agent_spawn_and_the_childs_tool_call_pa
     })
     .await;
 }
+
+/// The answer of the structured-output test.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+struct Weather {
+    /// The city the question is about.
+    city: String,
+    /// The temperature in degrees Celsius the tool reported.
+    temperature_celsius: f64,
+}
+
+/// Structured output on the real server: `response_format: json_schema`, which this
+/// llama-server build turns into a grammar. Without tools: the build aborts on a request
+/// that carries both `tools` and a JSON-schema `response_format` ("Content path must be a
+/// string"), so the tool loop with a typed answer is covered offline only
+/// (`structured_output::every_request_of_a_typed_call_carries_the_format…`).
+#[tokio::test]
+async fn a_real_model_answers_a_typed_call_with_a_value_that_fits_the_schema() {
+    let Some(url) = server() else { return };
+    attempts("structured output", || async {
+        let agent = agent(&url)
+            .sys_prompt("You extract facts from weather reports.")
+            .build()
+            .unwrap();
+        let typed = agent
+            .run_typed::<Weather>(
+                vec![Msg::user(
+                    "Report: it is 31 degrees Celsius and sunny in Paris today. \
+                     Give the city and the temperature.",
+                )],
+                RunContext::new(),
+            )
+            .await
+            .map_err(|e| format!("call failed: {e}"))?;
+        check(typed.value.city.to_lowercase().contains("paris"), || {
+            format!("city: {:?}", typed.value)
+        })?;
+        check((typed.value.temperature_celsius - 31.0).abs() < 0.5, || {
+            format!("the temperature is not the report's: {:?}", typed.value)
+        })
+    })
+    .await;
+}
