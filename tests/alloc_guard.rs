@@ -232,3 +232,62 @@ fn inline_erased_hook_dispatch_does_not_allocate_per_hook() {
         "more subscribed hooks, more allocations"
     );
 }
+
+/// A `SyncHook` observer that never mutates.
+struct SyncObserver(Interest);
+
+impl SyncHook for SyncObserver {
+    fn interest(&self) -> Interest {
+        self.0
+    }
+    fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        std::hint::black_box(event.kind());
+        Ok(())
+    }
+}
+
+#[test]
+fn a_subscribed_sync_hook_adds_no_allocation_per_event() {
+    use futures::FutureExt;
+    use rein::bench_support::DispatchProbe;
+    let one = DispatchProbe::new([SyncObserver(Interest::ALL)]).unwrap();
+    let ten = DispatchProbe::new((0..10).map(|_| SyncObserver(Interest::ALL))).unwrap();
+    let tu = || ToolUse::new("call_1", "add", json!({"a": 1, "b": 2}));
+    let (a, b) = (tu(), tu());
+    let n1 = allocation_counter::measure(|| {
+        let _ = one.pre_acting(a).now_or_never();
+    });
+    let n10 = allocation_counter::measure(|| {
+        let _ = ten.pre_acting(b).now_or_never();
+    });
+    assert_eq!(
+        n1.count_total, n10.count_total,
+        "more subscribed SyncHooks, more allocations"
+    );
+    // Whole calls: ten SyncHooks on every event cost the events themselves, nothing
+    // per hook.
+    let rt = rt();
+    let calls = |hooks: usize| {
+        let a = agent(
+            |mut b| {
+                for _ in 0..hooks {
+                    b = b.hook(SyncObserver(Interest::ALL));
+                }
+                b
+            },
+            2,
+        );
+        measure(&rt, a.call(Msg::user("warm")));
+        measure(
+            &rt,
+            a.call_with(
+                vec![Msg::user("1+2")],
+                RunContext::new().with_session_id("s"),
+            ),
+        )
+        .0
+    };
+    let (c0, c1, c10) = (calls(0), calls(1), calls(10));
+    eprintln!("allocations per call: no hook {c0}, 1 SyncHook {c1}, 10 SyncHooks {c10}");
+    assert_eq!(c1, c10, "ten SyncHooks allocated more per call than one");
+}
