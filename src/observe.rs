@@ -62,8 +62,10 @@ pub(crate) mod metrics_impl {
     /// update costs a lookup instead of allocating its labels. At most
     /// [`MAX_CACHED`] keys are kept (agents, models and tools are few); beyond that,
     /// keys are built per update as before.
-    static KEYS: LazyLock<Mutex<(usize, HashMap<u64, Vec<Cached>>)>> =
-        LazyLock::new(|| Mutex::new((0, HashMap::new())));
+    static KEYS: LazyLock<Mutex<KeyCache>> = LazyLock::new(|| Mutex::new((0, HashMap::new())));
+
+    /// How many keys are cached, and the keys by hash.
+    type KeyCache = (usize, HashMap<u64, Vec<Cached>>);
     const MAX_CACHED: usize = 4096;
 
     /// The key `name{k0=v0, k1=v1}`.

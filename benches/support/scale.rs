@@ -19,7 +19,7 @@ pub fn session_text_bytes() -> usize {
 pub async fn idle_sessions(agent: &Agent, n: usize) {
     for i in 0..n {
         agent
-            .set_messages(&SessionKey::new(None, format!("s{i}")), history_of(10))
+            .set_messages(&SessionKey::new(None, &format!("s{i}")), history_of(10))
             .await
             .unwrap();
     }
