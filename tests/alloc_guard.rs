@@ -213,12 +213,15 @@ fn dispatching_an_event_nobody_subscribed_to_allocates_nothing() {
     assert!(matches!(out, Some(Ok(_))));
 }
 
-#[test]
-fn inline_erased_hook_dispatch_does_not_allocate_per_hook() {
+/// Allocations of one `PreActing` dispatch through `one`, then through `ten`.
+fn one_and_ten(
+    one: &rein::bench_support::DispatchProbe,
+    ten: &rein::bench_support::DispatchProbe,
+) -> (
+    allocation_counter::AllocationInfo,
+    allocation_counter::AllocationInfo,
+) {
     use futures::FutureExt;
-    use rein::bench_support::DispatchProbe;
-    let one = DispatchProbe::new([Observer(Interest::ALL)]).unwrap();
-    let ten = DispatchProbe::new((0..10).map(|_| Observer(Interest::ALL))).unwrap();
     let tu = || ToolUse::new("call_1", "add", json!({"a": 1, "b": 2}));
     let (a, b) = (tu(), tu());
     let n1 = allocation_counter::measure(|| {
@@ -227,6 +230,15 @@ fn inline_erased_hook_dispatch_does_not_allocate_per_hook() {
     let n10 = allocation_counter::measure(|| {
         let _ = ten.pre_acting(b).now_or_never();
     });
+    (n1, n10)
+}
+
+#[test]
+fn inline_erased_hook_dispatch_does_not_allocate_per_hook() {
+    use rein::bench_support::DispatchProbe;
+    let one = DispatchProbe::new([Observer(Interest::ALL)]).unwrap();
+    let ten = DispatchProbe::new((0..10).map(|_| Observer(Interest::ALL))).unwrap();
+    let (n1, n10) = one_and_ten(&one, &ten);
     assert_eq!(
         n1.count_total, n10.count_total,
         "more subscribed hooks, more allocations"
@@ -248,18 +260,10 @@ impl SyncHook for SyncObserver {
 
 #[test]
 fn a_subscribed_sync_hook_adds_no_allocation_per_event() {
-    use futures::FutureExt;
     use rein::bench_support::DispatchProbe;
     let one = DispatchProbe::new([SyncObserver(Interest::ALL)]).unwrap();
     let ten = DispatchProbe::new((0..10).map(|_| SyncObserver(Interest::ALL))).unwrap();
-    let tu = || ToolUse::new("call_1", "add", json!({"a": 1, "b": 2}));
-    let (a, b) = (tu(), tu());
-    let n1 = allocation_counter::measure(|| {
-        let _ = one.pre_acting(a).now_or_never();
-    });
-    let n10 = allocation_counter::measure(|| {
-        let _ = ten.pre_acting(b).now_or_never();
-    });
+    let (n1, n10) = one_and_ten(&one, &ten);
     assert_eq!(
         n1.count_total, n10.count_total,
         "more subscribed SyncHooks, more allocations"
