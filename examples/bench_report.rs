@@ -7,8 +7,29 @@
 //! calls) wall time and peak RSS, each W2 mode measured in a child process so its peak
 //! memory is its own. Ratios compare measurements interleaved in this run. The last
 //! line is machine-readable:
-//! `w1_us=<median> hooks10_ratio=<x> unsubscribed_ns=<y> w2_rss_mb=<z>`, where
-//! `hooks10_ratio` is the `async fn` hooks' ratio (the conservative one).
+//! `w1_us= hooks10_ratio= synchooks10_ratio= production_ratio= history1000_ratio=
+//! unsubscribed_ns= w2_rss_mb= session_bytes=`, then the other figures (allocations
+//! per call, the scale figures below), where `hooks10_ratio` is the `async fn` hooks'
+//! ratio (the conservative one).
+//!
+//! Allocations per W1 call are not counted here (a counting allocator would slow
+//! every timing): `tests/alloc_guard.rs` guards them. The scale figures, each
+//! measured in a child process:
+//! - **sessions at scale:** one agent holding `REIN_BENCH_SESSIONS` (default 100,000)
+//!   idle sessions of 10 messages: resident bytes per idle session beyond the
+//!   message text (`session_bytes`: the RSS growth over the sessions, divided by
+//!   their number, minus the text bytes), total RSS, and a call on the last session
+//!   vs the first;
+//! - **throughput:** `REIN_BENCH_CALLS` (default 100,000) W1 calls over 10,000
+//!   sessions by 64 tasks on a 2-worker multi-thread runtime: calls/s and p99 latency
+//!   (the fake model is instant: all of it is runtime), with and without the
+//!   production hook set;
+//! - **streaming:** cost per chunk of a 1,000-chunk reply with no hook, one observing
+//!   `SyncHook` and `MaskingHook::mask_stream`, as (time of 1,000 chunks − time of 1
+//!   chunk) / 999.
+//!
+//! `--probe <plain|async10|sync10|production> <n>` only runs `n` W1 calls (a driver
+//! for `valgrind --tool=callgrind`).
 //!
 //! In a debug build (as CI runs every example) it runs a tiny version and says so: the
 //! numbers are then not meaningful.
@@ -22,9 +43,17 @@ use rein::*;
 #[path = "../benches/support/mod.rs"]
 mod support;
 
+use support::scale::*;
 use support::*;
 
 const DEBUG: bool = cfg!(debug_assertions);
+
+fn env_size(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -122,10 +151,15 @@ fn masking_mb_s() -> f64 {
 
 /// Peak resident memory of this process, in MB (Linux `VmHWM`).
 fn peak_rss_mb() -> f64 {
+    status_mb("VmHWM:")
+}
+
+/// A memory figure of this process from `/proc/self/status`, in MB.
+fn status_mb(key: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
+            s.lines().find(|l| l.starts_with(key)).and_then(|l| {
                 l.split_whitespace()
                     .nth(1)
                     .and_then(|kb| kb.parse::<f64>().ok())
@@ -145,22 +179,31 @@ fn w2_child(mode: &str) {
     println!("{:.4} {:.1}", t.elapsed().as_secs_f64(), peak_rss_mb());
 }
 
-fn w2_in_child(mode: &str) -> (f64, f64) {
+/// Runs this example with `args` and parses the numbers it prints (NaN if it failed).
+fn child<const N: usize>(args: &[&str]) -> [f64; N] {
+    let mut out = [f64::NAN; N];
     let Ok(exe) = std::env::current_exe() else {
-        return (f64::NAN, f64::NAN);
+        return out;
     };
+    let Ok(run) = std::process::Command::new(&exe).args(args).output() else {
+        return out;
+    };
+    let text = String::from_utf8_lossy(&run.stdout);
+    for (slot, v) in out.iter_mut().zip(
+        text.split_whitespace()
+            .filter_map(|p| p.parse::<f64>().ok()),
+    ) {
+        *slot = v;
+    }
+    out
+}
+
+fn w2_in_child(mode: &str) -> (f64, f64) {
     let runs = if DEBUG { 1 } else { 5 };
     let (mut walls, mut rss) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        let out = std::process::Command::new(&exe)
-            .args(["--w2", mode])
-            .output();
-        let Ok(out) = out else { continue };
-        let text = String::from_utf8_lossy(&out.stdout);
-        let mut parts = text
-            .split_whitespace()
-            .filter_map(|p| p.parse::<f64>().ok());
-        if let (Some(w), Some(r)) = (parts.next(), parts.next()) {
+        let [w, r] = child(&["--w2", mode]);
+        if !w.is_nan() && !r.is_nan() {
             walls.push(w);
             rss.push(r);
         }
@@ -171,10 +214,117 @@ fn w2_in_child(mode: &str) -> (f64, f64) {
     (median(walls), median(rss))
 }
 
+/// Child mode: `n` idle sessions of 10 messages on one agent; prints `bytes_per_session
+/// rss_mb first_us last_us`: resident bytes per session beyond the message text,
+/// resident memory, and the median µs of a call on the first and on the last session (batches
+/// interleaved).
+fn sessions_child(n: usize) {
+    let rt = runtime();
+    let agent = w1_agent(0);
+    rt.block_on(w1_call(&agent));
+    let before = status_mb("VmRSS:");
+    rt.block_on(idle_sessions(&agent, n));
+    let rss = status_mb("VmRSS:");
+    let per_session = (rss - before) * 1024.0 * 1024.0 / n as f64 - session_text_bytes() as f64;
+    let (rounds, batch) = if DEBUG { (3, 5) } else { (21, 100) };
+    let (mut first, mut last) = (Vec::new(), Vec::new());
+    let time = |i: usize| {
+        let t = Instant::now();
+        for _ in 0..batch {
+            std::hint::black_box(rt.block_on(session_call(&agent, i)));
+        }
+        t.elapsed().as_secs_f64() * 1e6 / batch as f64
+    };
+    for _ in 0..rounds {
+        first.push(time(0));
+        last.push(time(n - 1));
+    }
+    println!(
+        "{per_session:.0} {rss:.1} {:.3} {:.3}",
+        median(first),
+        median(last)
+    );
+}
+
+/// Child mode: the throughput run; prints `calls_per_s p99_us`.
+fn throughput_child(mode: &str, calls: usize) {
+    let rt = two_worker_runtime();
+    let agent = if mode == "production" {
+        w1_production_agent()
+    } else {
+        w1_agent(0)
+    };
+    let sessions = 10_000.min(calls);
+    let (wall, lat) = rt.block_on(throughput(&agent, calls, sessions, 64));
+    let p99 = lat
+        .get(lat.len() * 99 / 100)
+        .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6);
+    println!("{:.0} {p99:.2}", calls as f64 / wall.as_secs_f64());
+}
+
+/// ns per chunk of a streamed reply: [no hook, one observing hook, `mask_stream`].
+fn per_chunk_ns(rt: &tokio::runtime::Runtime, rounds: usize) -> [f64; 3] {
+    const CHUNKS: usize = 1000;
+    let masking = rein::hooks::MaskingHook::new(Default::default(), SensitiveDataMasker::default());
+    let agents = [
+        (chunk_agent(1, false), chunk_agent(CHUNKS, false)),
+        (chunk_agent(1, true), chunk_agent(CHUNKS, true)),
+    ];
+    let mut samples: [Vec<f64>; 3] = Default::default();
+    let time = |agent: &Agent, mask: Option<&rein::hooks::MaskingHook>, calls: usize| {
+        let t = Instant::now();
+        for _ in 0..calls {
+            std::hint::black_box(rt.block_on(stream_call(agent, mask)));
+        }
+        t.elapsed().as_secs_f64() * 1e9 / calls as f64
+    };
+    let [(plain_1, plain_n), (observed_1, observed_n)] = &agents;
+    let cases = [
+        (plain_1, plain_n, None),
+        (observed_1, observed_n, None),
+        (plain_1, plain_n, Some(&masking)),
+    ];
+    for round in 0..=rounds {
+        for (i, (one, many, mask)) in cases.iter().enumerate() {
+            let base = time(one, *mask, 20);
+            let full = time(many, *mask, 2);
+            if round > 0 {
+                samples[i].push((full - base) / (CHUNKS - 1) as f64);
+            }
+        }
+    }
+    samples.map(median)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    let arg = |i: usize| args.get(i + 1).map_or("", String::as_str);
     if let Some(i) = args.iter().position(|a| a == "--w2") {
         w2_child(args.get(i + 1).map_or("sessions", String::as_str));
+        return;
+    }
+    let sessions = env_size("REIN_BENCH_SESSIONS", if DEBUG { 1000 } else { 100_000 });
+    let calls = env_size("REIN_BENCH_CALLS", if DEBUG { 2000 } else { 100_000 });
+    if args.iter().any(|a| a == "--sessions") {
+        sessions_child(sessions.max(1));
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--throughput") {
+        throughput_child(arg(i), calls.max(1));
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--probe") {
+        let rt = runtime();
+        let agent = match arg(i) {
+            "production" => w1_production_agent(),
+            "async10" => w1_agent(10),
+            "sync10" => w1_sync_agent(10),
+            _ => w1_agent(0),
+        };
+        let n: u64 = args.get(i + 2).and_then(|s| s.parse().ok()).unwrap_or(1000);
+        for _ in 0..n {
+            std::hint::black_box(rt.block_on(w1_call(&agent)));
+        }
         return;
     }
     let started = Instant::now();
@@ -199,6 +349,10 @@ fn main() {
     let mask = masking_mb_s();
     let (w2a_wall, w2a_rss) = w2_in_child("agents");
     let (w2s_wall, w2s_rss) = w2_in_child("sessions");
+    let [session_bytes, sessions_rss, first_us, last_us] = child(&["--sessions"]);
+    let [tput, p99] = child(&["--throughput", "plain"]);
+    let [tput_prod, p99_prod] = child(&["--throughput", "production"]);
+    let chunk = per_chunk_ns(&rt, if DEBUG { 1 } else { 11 });
 
     println!("{:<52} {:>12}", "measure", "median");
     println!("{:<52} {:>9.2} µs", "W1 per call, no hooks", w1[0]);
@@ -247,15 +401,57 @@ fn main() {
         "{:<52} {:>9.3} s, peak RSS {:.1} MB",
         "W2: 1,000 concurrent W1 calls, 1 agent", w2s_wall, w2s_rss
     );
+    println!("scale (REIN_BENCH_SESSIONS={sessions}, REIN_BENCH_CALLS={calls}):");
+    println!(
+        "{:<52} {:>9.0} B, RSS {:.1} MB",
+        "  idle session of 10 messages, beyond the text", session_bytes, sessions_rss
+    );
+    println!(
+        "{:<52} {:>9.2} µs vs {:.2} µs ({:.2}x)",
+        "  call on the last session vs the first",
+        last_us,
+        first_us,
+        last_us / first_us
+    );
+    println!(
+        "{:<52} {:>9.0} /s, p99 {:.1} µs",
+        "  W1 calls over 10,000 sessions, 2 workers", tput, p99
+    );
+    println!(
+        "{:<52} {:>9.0} /s, p99 {:.1} µs",
+        "  the same with the production hook set", tput_prod, p99_prod
+    );
+    println!(
+        "{:<52} {:>9.1} ns (observing SyncHook {:.1} ns, mask_stream {:.1} ns)",
+        "  per chunk of a 1,000-chunk streamed reply", chunk[0], chunk[1], chunk[2]
+    );
     println!(
         "(report took {:.1?})",
         Duration::from_secs_f64(started.elapsed().as_secs_f64())
     );
     println!(
-        "w1_us={:.2} hooks10_ratio={:.2} unsubscribed_ns={:.2} w2_rss_mb={:.1}",
+        "w1_us={:.2} hooks10_ratio={:.2} synchooks10_ratio={:.2} production_ratio={:.2} \
+         history1000_ratio={:.2} unsubscribed_ns={:.2} w2_rss_mb={:.1} session_bytes={:.0} \
+         sessions_rss_mb={:.1} \
+         last_session_ratio={:.2} calls_per_s={:.0} p99_us={:.1} \
+         production_calls_per_s={:.0} production_p99_us={:.1} chunk_ns={:.1} \
+         observed_chunk_ns={:.1} masked_chunk_ns={:.1}",
         w1[0],
         w1[1] / w1[0],
+        w1[2] / w1[0],
+        w1[3] / w1[0],
+        h1000 / h0,
         unsub,
-        w2a_rss.max(w2s_rss)
+        w2a_rss.max(w2s_rss),
+        session_bytes,
+        sessions_rss,
+        last_us / first_us,
+        tput,
+        p99,
+        tput_prod,
+        p99_prod,
+        chunk[0],
+        chunk[1],
+        chunk[2],
     );
 }

@@ -62,7 +62,73 @@ pub use crate::hook::{Decision, DecisionKind, FieldChange, RevealNumbers};
 /// without the feature.
 #[cfg(feature = "metrics")]
 pub(crate) mod metrics_impl {
-    use std::collections::HashSet;
+    use std::collections::{HashMap, HashSet};
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    use std::sync::{LazyLock, Mutex, PoisonError};
+
+    use metrics::{Key, Label, Level, Metadata};
+
+    /// What the `counter!` macro would attach: this module, `INFO`.
+    static METADATA: Metadata<'static> =
+        Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+    /// A built key with the label values it was built from.
+    struct Cached {
+        name: &'static str,
+        values: [Box<str>; 2],
+        key: Key,
+    }
+
+    /// Retained keys (cheap to clone) by a hash of name and label values: a counter
+    /// update costs a lookup instead of allocating its labels. At most
+    /// [`MAX_CACHED`] keys are kept (agents, models and tools are few); beyond that,
+    /// keys are built per update as before.
+    static KEYS: LazyLock<Mutex<KeyCache>> = LazyLock::new(|| Mutex::new((0, HashMap::new())));
+
+    /// How many keys are cached, and the keys by hash.
+    type KeyCache = (usize, HashMap<u64, Vec<Cached>>);
+    const MAX_CACHED: usize = 4096;
+
+    /// The key `name{k0=v0, k1=v1}`.
+    fn key(name: &'static str, labels: [(&'static str, &str); 2]) -> Key {
+        let mut h = DefaultHasher::new();
+        name.hash(&mut h);
+        for (_, v) in labels {
+            v.hash(&mut h);
+        }
+        let hash = h.finish();
+        let mut cache = KEYS.lock().unwrap_or_else(PoisonError::into_inner);
+        let found = cache.1.get(&hash).and_then(|bucket| {
+            bucket.iter().find(|c| {
+                c.name == name && c.values.iter().zip(labels).all(|(a, (_, b))| **a == *b)
+            })
+        });
+        if let Some(c) = found {
+            return c.key.clone();
+        }
+        let key = Key::from_parts(
+            name,
+            labels
+                .iter()
+                .map(|&(k, v)| Label::new(k, v.to_owned()))
+                .collect::<Vec<_>>(),
+        )
+        .to_retained();
+        if cache.0 < MAX_CACHED {
+            cache.0 += 1;
+            cache.1.entry(hash).or_default().push(Cached {
+                name,
+                values: labels.map(|(_, v)| v.into()),
+                key: key.clone(),
+            });
+        }
+        key
+    }
+
+    fn count(name: &'static str, labels: [(&'static str, &str); 2], n: u64) {
+        let key = key(name, labels);
+        metrics::with_recorder(|r| r.register_counter(&key, &METADATA).increment(n));
+    }
 
     /// Maps a tool name to its label: itself, or `"other"` outside a configured set.
     pub(crate) fn tool_label<'a>(labels: Option<&HashSet<String>>, tool: &'a str) -> &'a str {
@@ -73,26 +139,33 @@ pub(crate) mod metrics_impl {
     }
 
     pub(crate) fn call(agent: &str, outcome: &'static str) {
-        metrics::counter!("rein_calls_total", "agent" => agent.to_owned(), "outcome" => outcome)
-            .increment(1);
+        count(
+            "rein_calls_total",
+            [("agent", agent), ("outcome", outcome)],
+            1,
+        );
     }
 
     pub(crate) fn model_call(agent: &str, model: &str, input: u64, output: u64) {
-        metrics::counter!("rein_model_calls_total", "agent" => agent.to_owned(), "model" => model.to_owned())
-            .increment(1);
-        metrics::counter!("rein_tokens_total", "agent" => agent.to_owned(), "direction" => "input")
-            .increment(input);
-        metrics::counter!("rein_tokens_total", "agent" => agent.to_owned(), "direction" => "output")
-            .increment(output);
+        count(
+            "rein_model_calls_total",
+            [("agent", agent), ("model", model)],
+            1,
+        );
+        let tokens = "rein_tokens_total";
+        count(tokens, [("agent", agent), ("direction", "input")], input);
+        count(tokens, [("agent", agent), ("direction", "output")], output);
     }
 
     pub(crate) fn tool_call(tool: &str, status: &'static str) {
-        metrics::counter!("rein_tool_calls_total", "tool" => tool.to_owned(), "status" => status)
-            .increment(1);
+        count(
+            "rein_tool_calls_total",
+            [("tool", tool), ("status", status)],
+            1,
+        );
     }
 
     pub(crate) fn denial(hook: &str, tool: &str) {
-        metrics::counter!("rein_denials_total", "hook" => hook.to_owned(), "tool" => tool.to_owned())
-            .increment(1);
+        count("rein_denials_total", [("hook", hook), ("tool", tool)], 1);
     }
 }

@@ -213,12 +213,15 @@ fn dispatching_an_event_nobody_subscribed_to_allocates_nothing() {
     assert!(matches!(out, Some(Ok(_))));
 }
 
-#[test]
-fn inline_erased_hook_dispatch_does_not_allocate_per_hook() {
+/// Allocations of one `PreActing` dispatch through `one`, then through `ten`.
+fn one_and_ten(
+    one: &rein::bench_support::DispatchProbe,
+    ten: &rein::bench_support::DispatchProbe,
+) -> (
+    allocation_counter::AllocationInfo,
+    allocation_counter::AllocationInfo,
+) {
     use futures::FutureExt;
-    use rein::bench_support::DispatchProbe;
-    let one = DispatchProbe::new([Observer(Interest::ALL)]).unwrap();
-    let ten = DispatchProbe::new((0..10).map(|_| Observer(Interest::ALL))).unwrap();
     let tu = || ToolUse::new("call_1", "add", json!({"a": 1, "b": 2}));
     let (a, b) = (tu(), tu());
     let n1 = allocation_counter::measure(|| {
@@ -227,6 +230,15 @@ fn inline_erased_hook_dispatch_does_not_allocate_per_hook() {
     let n10 = allocation_counter::measure(|| {
         let _ = ten.pre_acting(b).now_or_never();
     });
+    (n1, n10)
+}
+
+#[test]
+fn inline_erased_hook_dispatch_does_not_allocate_per_hook() {
+    use rein::bench_support::DispatchProbe;
+    let one = DispatchProbe::new([Observer(Interest::ALL)]).unwrap();
+    let ten = DispatchProbe::new((0..10).map(|_| Observer(Interest::ALL))).unwrap();
+    let (n1, n10) = one_and_ten(&one, &ten);
     assert_eq!(
         n1.count_total, n10.count_total,
         "more subscribed hooks, more allocations"
@@ -292,4 +304,55 @@ fn without_the_trail_no_agent_of_a_delegation_tree_builds_decision_records() {
         bytes_on >= bytes_off + (2 << 20),
         "recording should cost both agents' digests: on={bytes_on} off={bytes_off}"
     );
+}
+
+/// A `SyncHook` observer that never mutates.
+struct SyncObserver(Interest);
+
+impl SyncHook for SyncObserver {
+    fn interest(&self) -> Interest {
+        self.0
+    }
+    fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
+        std::hint::black_box(event.kind());
+        Ok(())
+    }
+}
+
+#[test]
+fn a_subscribed_sync_hook_adds_no_allocation_per_event() {
+    use rein::bench_support::DispatchProbe;
+    let one = DispatchProbe::new([SyncObserver(Interest::ALL)]).unwrap();
+    let ten = DispatchProbe::new((0..10).map(|_| SyncObserver(Interest::ALL))).unwrap();
+    let (n1, n10) = one_and_ten(&one, &ten);
+    assert_eq!(
+        n1.count_total, n10.count_total,
+        "more subscribed SyncHooks, more allocations"
+    );
+    // Whole calls: ten SyncHooks on every event cost the events themselves, nothing
+    // per hook.
+    let rt = rt();
+    let calls = |hooks: usize| {
+        let a = agent(
+            |mut b| {
+                for _ in 0..hooks {
+                    b = b.hook(SyncObserver(Interest::ALL));
+                }
+                b
+            },
+            2,
+        );
+        measure(&rt, a.call(Msg::user("warm")));
+        measure(
+            &rt,
+            a.call_with(
+                vec![Msg::user("1+2")],
+                RunContext::new().with_session_id("s"),
+            ),
+        )
+        .0
+    };
+    let (c0, c1, c10) = (calls(0), calls(1), calls(10));
+    eprintln!("allocations per call: no hook {c0}, 1 SyncHook {c1}, 10 SyncHooks {c10}");
+    assert_eq!(c1, c10, "ten SyncHooks allocated more per call than one");
 }

@@ -8,6 +8,8 @@
     clippy::panic
 )]
 
+pub mod scale;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rein::*;

@@ -25,6 +25,7 @@ mod hook_chain;
 mod hook_registry_scoped;
 mod hooks_approval;
 mod hooks_audit;
+mod hooks_audit_batching;
 mod hooks_audit_trail;
 mod hooks_config;
 mod hooks_dynamic_options;

@@ -552,6 +552,11 @@ impl Hook for AuditHook {
     async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
         // Built and handed over in a plain call, so no record lives in this future:
         // it stays small enough to be erased without allocating.
+        if matches!(event, HookEvent::PreCall(_)) {
+            // Whatever an earlier call left queued (it was cancelled before its last
+            // record) goes to the writer now.
+            self.pipeline.hand_over();
+        }
         let blocked = self
             .record_for(event)
             .and_then(|record| self.pipeline.try_submit(record).err());

@@ -94,7 +94,8 @@ struct Queue {
     done: u64,
     /// A writer task exists for this queue.
     worker: bool,
-    /// The writer found the queue empty and waits to be woken.
+    /// The writer sleeps until a hand-over wakes it: it found the queue empty, or was
+    /// just spawned. Records may be queued meanwhile (see `Pipeline::try_submit`).
     idle: bool,
     /// The hook is gone: the writer exits once the queue is empty.
     closed: bool,
@@ -162,7 +163,8 @@ impl Shared {
             return false;
         };
         q.worker = true;
-        q.idle = false;
+        // It starts asleep: the submitter wakes it when the call's records are in.
+        q.idle = true;
         handle.spawn(writer(Writer {
             shared: Arc::clone(self),
             writing: Vec::with_capacity(MAX_BATCH),
@@ -195,23 +197,26 @@ impl Shared {
 /// is empty, and ends once the hook is dropped and the queue drained.
 async fn writer(mut w: Writer) {
     loop {
-        let batch: Vec<AuditRecord> = {
+        let batch: Option<Vec<AuditRecord>> = {
             let mut q = w.shared.lock();
-            if q.records.is_empty() {
+            if q.idle && !q.closed {
+                // Asleep until a hand-over takes `idle` (records may be queued).
+                None
+            } else if q.records.is_empty() {
                 if q.closed {
                     return;
                 }
                 q.idle = true;
-                Vec::new()
+                None
             } else {
                 let n = q.records.len().min(MAX_BATCH);
-                q.records.drain(..n).collect()
+                Some(q.records.drain(..n).collect())
             }
         };
-        if batch.is_empty() {
+        let Some(batch) = batch else {
             w.shared.wake_writer.notified().await;
             continue;
-        }
+        };
         // If the task is dropped mid-write, `Writer::drop` counts the batch as dropped.
         w.writing.extend(batch.iter().map(|r| r.kind));
         let n = deliver(&*w.shared.sink, batch, &w.writing, &w.shared.counters).await;
@@ -278,8 +283,26 @@ impl Pipeline {
         &self.shared.counters
     }
 
-    /// Hands a record over without waiting when possible: one lock, a push, and a
-    /// wake-up only if the writer sleeps. Returns the record when the caller must wait.
+    /// Wakes the writer if it sleeps while records are queued: hands over what a
+    /// call queued without a hand-over (a call cancelled before its final record).
+    pub(super) fn hand_over(&self) {
+        let mut q = self.shared.lock();
+        let wake = !q.records.is_empty() && std::mem::take(&mut q.idle);
+        drop(q);
+        if wake {
+            self.shared.wake_writer.notify_one();
+        }
+    }
+
+    /// Hands a record over without waiting when possible: one lock and a push. The
+    /// sleeping writer is woken once per call, not per record: by the call's last
+    /// record (`final-answer` or `error`), or earlier when [`MAX_BATCH`] records are
+    /// queued or the queue is full; records queued by a call that ends without one
+    /// (a cancelled call) are handed over by the next call's start, the next
+    /// [`flush`](Self::flush), or the hook's drop. Ordering, capacity and drop
+    /// counting are those of the queue: a record is accepted (and counted against the
+    /// capacity) here, whenever the writer wakes. Returns the record when the caller
+    /// must wait.
     pub(super) fn try_submit(&self, record: AuditRecord) -> Result<(), Blocked> {
         let shared = &self.shared;
         if shared.capacity == 0 {
@@ -290,6 +313,10 @@ impl Pipeline {
             return Err(Blocked::Direct(Box::new(record)));
         }
         if q.in_flight() >= shared.capacity {
+            // Records queued without a wake-up must drain for room to appear.
+            if std::mem::take(&mut q.idle) {
+                shared.wake_writer.notify_one();
+            }
             return match shared.on_full {
                 QueueFull::Wait => Err(Blocked::Full(Box::new(record))),
                 QueueFull::Drop => {
@@ -299,9 +326,10 @@ impl Pipeline {
                 }
             };
         }
+        let last_of_call = matches!(record.kind, AuditKind::FinalAnswer | AuditKind::Error);
         q.records.push_back(record);
         q.submitted += 1;
-        let wake = std::mem::take(&mut q.idle);
+        let wake = (last_of_call || q.records.len() >= MAX_BATCH) && std::mem::take(&mut q.idle);
         drop(q);
         if wake {
             shared.wake_writer.notify_one();
@@ -355,11 +383,15 @@ impl Pipeline {
                 if q.done >= target {
                     break;
                 }
-                if !q.worker && !shared.ensure_writer(&mut q) {
+                if !shared.ensure_writer(&mut q) {
                     // Outside a runtime, with records left by a writer whose runtime
                     // is gone: write them here.
                     q.records.drain(..).collect()
                 } else {
+                    if !q.records.is_empty() && std::mem::take(&mut q.idle) {
+                        // Records queued without a wake-up (see `try_submit`).
+                        shared.wake_writer.notify_one();
+                    }
                     Vec::new()
                 }
             };

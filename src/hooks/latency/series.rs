@@ -151,19 +151,32 @@ struct AgentSeries {
     /// Tool samples by label, in first-seen order: at most `max_tool_labels` tool
     /// names, plus `other` for the names beyond them.
     tools: Vec<(Box<str>, Row)>,
+    /// The `metrics` keys of `plain`'s rows, built on first use.
+    #[cfg(feature = "metrics")]
+    plain_keys: [RowKeys; 5],
+    /// The `metrics` keys of `tools`' rows, by the same index.
+    #[cfg(feature = "metrics")]
+    tool_keys: Vec<RowKeys>,
 }
 
+/// The `metrics` keys of one row, by [`Outcome`]: built once per series and
+/// retained, so recording a sample clones a shared key instead of formatting and
+/// allocating its name and labels.
+#[cfg(feature = "metrics")]
+type RowKeys = [Option<metrics::Key>; 4];
+
 impl AgentSeries {
-    /// The row of tool label `label`, created if absent.
-    fn tool_row(&mut self, label: &str) -> &mut Row {
-        let i = match self.tools.iter().position(|(name, _)| **name == *label) {
+    /// The index of tool label `label` in `tools`, created if absent.
+    fn tool_index(&mut self, label: &str) -> usize {
+        match self.tools.iter().position(|(name, _)| **name == *label) {
             Some(i) => i,
             None => {
                 self.tools.push((label.into(), Row::default()));
+                #[cfg(feature = "metrics")]
+                self.tool_keys.push(RowKeys::default());
                 self.tools.len() - 1
             }
-        };
-        &mut self.tools[i].1
+        }
     }
 
     /// Every row with its segment and tool label.
@@ -248,6 +261,10 @@ impl Recorder {
                     name: Arc::from(label),
                     plain: Default::default(),
                     tools: Vec::new(),
+                    #[cfg(feature = "metrics")]
+                    plain_keys: Default::default(),
+                    #[cfg(feature = "metrics")]
+                    tool_keys: Vec::new(),
                 });
                 series.agents.len() - 1
             }
@@ -268,6 +285,8 @@ impl Recorder {
         elapsed: Duration,
     ) {
         let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        #[cfg(feature = "metrics")]
+        let key;
         let label = {
             let mut guard = self.lock();
             let Some(series) = guard.agents.get_mut(agent.index) else {
@@ -283,9 +302,20 @@ impl Recorder {
                     "other"
                 }
             });
-            let row = match label {
+            let tool_index = label.map(|l| series.tool_index(l));
+            #[cfg(feature = "metrics")]
+            {
+                let keys = match tool_index {
+                    None => &mut series.plain_keys[segment as usize],
+                    Some(i) => &mut series.tool_keys[i],
+                };
+                key = keys[outcome as usize]
+                    .get_or_insert_with(|| self.metric_key(agent, segment, label, outcome))
+                    .clone();
+            }
+            let row = match tool_index {
                 None => &mut series.plain[segment as usize],
-                Some(l) => series.tool_row(l),
+                Some(i) => &mut series.tools[i].1,
             };
             let slot = &mut row[outcome as usize];
             if slot.is_none() {
@@ -317,17 +347,36 @@ impl Recorder {
         );
         #[cfg(feature = "metrics")]
         {
-            let mut labels = vec![
-                metrics::Label::new("outcome", outcome.as_str()),
-                metrics::Label::new("agent", agent.name.to_string()),
-                metrics::Label::new("depth", agent.depth.to_string()),
-            ];
-            if let Some(t) = label {
-                labels.push(metrics::Label::new("tool", t.to_owned()));
-            }
-            metrics::histogram!(format!("{}.{}", self.prefix, segment.as_str()), labels)
-                .record(elapsed.as_secs_f64());
+            static METADATA: metrics::Metadata<'static> =
+                metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+            metrics::with_recorder(|recorder| {
+                recorder
+                    .register_histogram(&key, &METADATA)
+                    .record(elapsed.as_secs_f64());
+            });
         }
+    }
+
+    /// The `metrics` key of a series: `{prefix}.{segment}` with labels `outcome`,
+    /// `agent`, `depth` and (tools only) `tool`, retained (cheap to clone).
+    #[cfg(feature = "metrics")]
+    fn metric_key(
+        &self,
+        agent: &AgentSlot,
+        segment: Segment,
+        tool: Option<&str>,
+        outcome: Outcome,
+    ) -> metrics::Key {
+        let mut labels = vec![
+            metrics::Label::new("outcome", outcome.as_str()),
+            metrics::Label::new("agent", agent.name.to_string()),
+            metrics::Label::new("depth", agent.depth.to_string()),
+        ];
+        if let Some(t) = tool {
+            labels.push(metrics::Label::new("tool", t.to_owned()));
+        }
+        metrics::Key::from_parts(format!("{}.{}", self.prefix, segment.as_str()), labels)
+            .to_retained()
     }
 
     /// The samples of every agent `keep` accepts, merged per (segment, tool,
@@ -395,6 +444,8 @@ impl Recorder {
         for agent in &mut self.lock().agents {
             agent.plain = Default::default();
             agent.tools.clear();
+            #[cfg(feature = "metrics")]
+            agent.tool_keys.clear();
         }
     }
 }
