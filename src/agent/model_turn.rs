@@ -137,7 +137,10 @@ impl Call<'_> {
             .instrument(span.clone())
             .await;
         if let Ok((msg, finish)) = &result {
-            if let Some(reason) = finish {
+            // Formatted only for a span someone listens to (two allocations per turn).
+            if let Some(reason) = finish
+                && !span.is_disabled()
+            {
                 span.record(
                     "gen_ai.response.finish_reasons",
                     format!("{reason:?}").to_lowercase(),
