@@ -9,6 +9,7 @@ use crate::context::{RunContext, StopReason};
 use crate::error::Error;
 use crate::message::Msg;
 use crate::model::ResponseFormat;
+use crate::tool::schema_violations;
 
 /// How many times a structured call re-asks the model after an answer that does not
 /// fit the schema (so a call makes at most `1 + OUTPUT_REASKS` attempts).
@@ -157,18 +158,7 @@ fn parse<T: DeserializeOwned>(text: &str, validator: &jsonschema::Validator) -> 
     let json = unfence(text.trim());
     let value: Value =
         serde_json::from_str(json).map_err(|e| format!("the answer is not a JSON value ({e})"))?;
-    let errors: Vec<String> = validator
-        .iter_errors(&value)
-        .take(3)
-        .map(|e| {
-            let path = e.instance_path().to_string();
-            if path.is_empty() {
-                e.to_string()
-            } else {
-                format!("at `{path}`: {e}")
-            }
-        })
-        .collect();
+    let errors = schema_violations(validator, &value, 3);
     if !errors.is_empty() {
         return Err(errors.join("; "));
     }

@@ -31,8 +31,8 @@ pub(crate) use typed::schema_for;
 
 pub(crate) use expects::expects;
 pub use function::FunctionTool;
-pub(crate) use toolkit::json_type;
 pub use toolkit::{Toolkit, ToolkitError};
+pub(crate) use toolkit::{json_type, schema_violations};
 
 use std::fmt;
 use std::sync::Arc;

@@ -129,18 +129,7 @@ impl ToolEntry {
                 }
             }
         }
-        let errors: Vec<String> = self
-            .validator
-            .iter_errors(&value)
-            .map(|e| {
-                let path = e.instance_path().to_string();
-                if path.is_empty() {
-                    e.to_string()
-                } else {
-                    format!("at `{path}`: {e}")
-                }
-            })
-            .collect();
+        let errors = schema_violations(&self.validator, &value, usize::MAX);
         if errors.is_empty() {
             Ok(value)
         } else {
@@ -331,4 +320,25 @@ impl Toolkit {
     pub(crate) fn entry(&self, name: &str) -> Option<&Arc<ToolEntry>> {
         self.entries.get(name)
     }
+}
+
+/// The first `limit` ways `value` violates the schema, each naming where (``at `/a/0`:
+/// …``, or just the message at the root).
+pub(crate) fn schema_violations(
+    validator: &jsonschema::Validator,
+    value: &Value,
+    limit: usize,
+) -> Vec<String> {
+    validator
+        .iter_errors(value)
+        .take(limit)
+        .map(|e| {
+            let path = e.instance_path().to_string();
+            if path.is_empty() {
+                e.to_string()
+            } else {
+                format!("at `{path}`: {e}")
+            }
+        })
+        .collect()
 }
