@@ -17,7 +17,7 @@ use crate::hook::{
     PostSummaryEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent,
 };
 use crate::message::{ContentBlock, Msg, Role, ToolResult, ToolUse};
-use crate::model::{Messages, ModelRequest, ResponseFormat, Usage};
+use crate::model::{GenerateOptions, Messages, ModelRequest, ResponseFormat, Usage};
 use tracing::Instrument;
 use tracing::field::Empty;
 
@@ -428,15 +428,22 @@ impl Call<'_> {
         }
     }
 
+    /// The options a reasoning or summary request starts from: the agent's, with the
+    /// call's structured-output format, if any.
+    fn request_options(&self) -> GenerateOptions {
+        let mut options = self.agent.options.clone();
+        if let Some(format) = self.format {
+            options.response_format = Some(format.clone());
+        }
+        options
+    }
+
     /// `PreReasoning`, then one model call.
     async fn reason(&mut self, memory: &CallMemory, iteration: u32) -> Result<Msg, Error> {
         let agent = self.agent;
         let mut messages =
             Messages::from_parts(self.system.clone(), memory.shared(), self.retracted.clone());
-        let mut options = agent.options.clone();
-        if let Some(format) = self.format {
-            options.response_format = Some(format.clone());
-        }
+        let mut options = self.request_options();
         if self.wants(EventKind::PreReasoning) {
             let e = self
                 .fire(PreReasoningEvent {
@@ -553,10 +560,7 @@ impl Call<'_> {
             memory.shared(),
             vec![Msg::user(SUMMARY_INSTRUCTION).synthetic()],
         );
-        let mut options = agent.options.clone();
-        if let Some(format) = self.format {
-            options.response_format = Some(format.clone());
-        }
+        let mut options = self.request_options();
         if self.wants(EventKind::PreSummary) {
             let e = self
                 .fire(PreSummaryEvent {

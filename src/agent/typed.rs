@@ -9,7 +9,7 @@ use crate::context::{RunContext, StopReason};
 use crate::error::Error;
 use crate::message::Msg;
 use crate::model::ResponseFormat;
-use crate::tool::schema_violations;
+use crate::tool::{deserialize_at, schema_violations};
 
 /// How many times a structured call re-asks the model after an answer that does not
 /// fit the schema (so a call makes at most `1 + OUTPUT_REASKS` attempts).
@@ -162,14 +162,7 @@ fn parse<T: DeserializeOwned>(text: &str, validator: &jsonschema::Validator) -> 
     if !errors.is_empty() {
         return Err(errors.join("; "));
     }
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        if path == "." {
-            e.inner().to_string()
-        } else {
-            format!("at `{path}`: {}", e.inner())
-        }
-    })
+    deserialize_at(value).map_err(|e| format!("the answer does not deserialize{e}"))
 }
 
 /// `text` without one surrounding Markdown code fence (```` ```json ```` or ```` ``` ````).

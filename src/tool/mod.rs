@@ -27,7 +27,7 @@ pub(crate) mod mcp_config;
 pub(crate) mod policy;
 mod toolkit;
 mod typed;
-pub(crate) use typed::schema_for;
+pub(crate) use typed::{deserialize_at, schema_for};
 
 pub(crate) use expects::expects;
 pub use function::FunctionTool;

@@ -87,12 +87,18 @@ pub(crate) fn schema_for<T: JsonSchema>() -> Value {
 
 /// `input` deserialized into `T`, or an error naming the field that failed.
 pub(crate) fn parse_args<T: DeserializeOwned>(input: Value) -> Result<T, ToolError> {
-    serde_path_to_error::deserialize(input).map_err(|e| {
+    deserialize_at(input).map_err(|e| ToolError::new(format!("invalid arguments{e}")))
+}
+
+/// `value` deserialized into `T`, or why not, naming the field: ``" at `items[0].sku`: …"``
+/// (or `": …"` at the root), to follow a description of what was read.
+pub(crate) fn deserialize_at<T: DeserializeOwned>(value: Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         if path == "." {
-            ToolError::new(format!("invalid arguments: {}", e.inner()))
+            format!(": {}", e.inner())
         } else {
-            ToolError::new(format!("invalid arguments at `{path}`: {}", e.inner()))
+            format!(" at `{path}`: {}", e.inner())
         }
     })
 }
