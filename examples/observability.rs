@@ -203,6 +203,9 @@ where
         println!("(feature otel is on; set OTEL_EXPORTER_OTLP_ENDPOINT to export spans over OTLP)");
         return Ok(None);
     }
+    // The OTLP client is reqwest built without a TLS provider of its own (as rein's):
+    // install one, unless the application already did.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .build()?;

@@ -62,3 +62,18 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
     }
     format!("{}…", &text[..end])
 }
+
+/// Installs rustls's `ring` crypto provider as the process default, once, unless one is
+/// installed already (by the application, or by a dependency that enabled another
+/// provider). Called before rein builds an HTTP client: reqwest is built without a
+/// provider of its own (see `Cargo.toml`) and refuses to build a client without one.
+#[cfg(any(feature = "openai", feature = "anthropic", feature = "mcp"))]
+pub(crate) fn ensure_tls_provider() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // Err: another thread installed one meanwhile, which is as good.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+    });
+}

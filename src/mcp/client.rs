@@ -107,6 +107,7 @@ impl Connection {
                 // event store, and against the reference server a resumed stream never
                 // delivered the result, so the call waited for its whole timeout.
                 config.retry_config = Arc::new(NeverRetry::default());
+                crate::util::ensure_tls_provider();
                 let transport = StreamableHttpClientTransport::from_config(config);
                 let service =
                     ().serve(transport)

@@ -1,7 +1,10 @@
 //! The HTTP transport shared by the real providers (features `openai` and `anthropic`).
 //!
-//! Each provider model holds one [`reqwest`] client (rustls, no OpenSSL), shared by its
-//! clones, and applies the [`HttpConfig`]: a connect timeout, a timeout for the response
+//! Each provider model holds one [`reqwest`] client, shared by its clones: HTTP/1.1 or
+//! HTTP/2 (negotiated) over rustls, no OpenSSL. rustls needs a process-wide crypto
+//! provider: before building its first client rein installs rustls's `ring` provider as
+//! the process default, unless the application installed one first (install yours, e.g.
+//! aws-lc-rs, before building a model to use it instead). The client applies the [`HttpConfig`]: a connect timeout, a timeout for the response
 //! headers, an idle timeout while the stream makes no progress, a total deadline per
 //! model call, size limits on what the server sends, and a [`RetryPolicy`]. The
 //! server-sent-events framing is parsed by a small linear parser of this crate (cost
@@ -338,6 +341,7 @@ impl Transport {
         )
         .map_err(|e| invalid(e.message().to_owned()))?;
         // One client (connection pool, TLS setup) per model, shared by its clones.
+        crate::util::ensure_tls_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(http.connect_timeout)
             .build()
