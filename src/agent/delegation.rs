@@ -1,6 +1,7 @@
 //! The agent's seam to delegation. The `subagent` layer sits *above* this one: it
-//! builds children through [`AgentBuilder`](super::AgentBuilder), so the agent layer
-//! cannot name its types. Instead the builder holds a [`DelegationPlan`] (set by the
+//! builds children through [`AgentBuilder`](super::AgentBuilder) from a [`Template`]
+//! (the parent's inheritable [`AgentConfig`]), so the agent layer cannot name its
+//! types. Instead the builder holds a [`DelegationPlan`] (set by the
 //! subagent layer's builder methods: `subagent`, `subagent_factory`,
 //! `general_purpose_subagent`, `workspace`), and a built agent holds the
 //! [`Delegating`] side the loop needs. Both are called at build time and once per
@@ -11,14 +12,13 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::{AgentInfo, Limits, SessionKey, StreamRelease};
+use super::config::AgentConfig;
+use super::{AgentInfo, SessionKey};
 use crate::error::BuildError;
-use crate::hook::RegisteredHook;
-use crate::model::{GenerateOptions, Model};
+use crate::model::Model;
 use crate::tool::policy::ToolsPolicy;
-use crate::tool::{SharedTool, ToolSchema, Toolkit};
+use crate::tool::{SharedTool, ToolSchema};
 
 /// Resolves the `model` name of a subagent declaration to a model; `None` keeps the
 /// parent's model (with a warning). Set with
@@ -28,36 +28,20 @@ pub type ModelResolver = Arc<dyn Fn(&str) -> Option<Arc<dyn Model>> + Send + Syn
 /// A predicate over hook-contributed tool names.
 pub(crate) type HookToolFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
-/// What a child inherits from the agent that delegates to it.
+/// What a child inherits from the agent that delegates to it: the delegating agent's
+/// inheritable config (see [`AgentConfig::inheritable`]) and what bounds its children.
 pub(crate) struct Template {
+    /// The config every child starts from: the delegating agent's own bounded tools
+    /// (no hook tools, no delegation tool), its inheritable hooks in chain order, and
+    /// its inherited settings.
+    pub(crate) config: AgentConfig,
     pub(crate) info: Arc<AgentInfo>,
     pub(crate) path: Arc<str>,
-    pub(crate) sys_prompt: Option<String>,
-    pub(crate) model: Arc<dyn Model>,
-    pub(crate) resolver: Option<ModelResolver>,
-    /// The delegating agent's own tools (no hook tools, no delegation tool).
-    pub(crate) base_tools: Toolkit,
     /// Everything the delegating agent can call.
     pub(crate) callable: Arc<HashSet<String>>,
-    /// Inheritable hooks in the delegating agent's chain order.
-    pub(crate) hooks: Vec<RegisteredHook>,
-    pub(crate) options: GenerateOptions,
     pub(crate) policy: Option<Arc<ToolsPolicy>>,
     /// The delegating agent's workspace root (relative child workspaces resolve here).
     pub(crate) workspace: Option<PathBuf>,
-    pub(crate) hook_tool_filter: Option<HookToolFilter>,
-    pub(crate) max_depth: u32,
-    pub(crate) max_iters_default: u32,
-    pub(crate) max_gotos: u32,
-    pub(crate) tool_timeout: Duration,
-    pub(crate) hook_timeout: Option<Duration>,
-    pub(crate) trail: bool,
-    pub(crate) record_content: bool,
-    pub(crate) tool_labels: Option<Arc<HashSet<String>>>,
-    /// The delegating agent's turn limits: a child's are at most these.
-    pub(crate) limits: Limits,
-    /// The delegating agent's stream release: a child's deltas reach the same caller.
-    pub(crate) stream_release: StreamRelease,
 }
 
 /// What a child's builder needs to bound it: set only when the delegation layer builds
@@ -98,10 +82,8 @@ pub(crate) trait DelegationPlan: fmt::Debug + Send + Sync + 'static {
         &self,
         subagents_dir: Option<PathBuf>,
     ) -> Result<Option<Box<dyn PreparedDelegation>>, BuildError>;
-    /// A copy (builders are `Clone`).
-    fn clone_plan(&self) -> Box<dyn DelegationPlan>;
     /// The concrete plan, for the delegation layer's builder methods.
-    fn as_any_mut(&mut self) -> &mut dyn Any;
+    fn as_any(&self) -> &dyn Any;
 }
 
 /// An installed delegation: the loop's side and the delegation tool.

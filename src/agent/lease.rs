@@ -462,7 +462,7 @@ pub(crate) async fn kept<T>(
     }
 }
 
-impl AgentBuilder {
+impl<B> AgentBuilder<B> {
     /// Persists conversations in `store` (as [`AgentBuilder::session_store`]) **and**
     /// orders the calls on each session across every agent and process sharing the
     /// store with its [`SessionLeases`] (default: off — no leases, only the in-process
@@ -514,8 +514,8 @@ impl AgentBuilder {
         config: LeaseConfig,
     ) -> Self {
         let store = Arc::new(store);
-        self.store = Some(Arc::clone(&store) as Arc<dyn super::store::DynSessionStore>);
-        self.leasing = Some(Leasing {
+        self.config.store = Some(Arc::clone(&store) as Arc<dyn super::store::DynSessionStore>);
+        self.config.leasing = Some(Leasing {
             leases: store,
             config,
         });

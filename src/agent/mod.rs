@@ -55,7 +55,9 @@
 
 mod acting;
 mod approvals;
+mod assemble;
 mod builder;
+mod config;
 mod delegation;
 mod file_store;
 mod fire;
@@ -68,7 +70,8 @@ mod store;
 mod stream;
 mod typed;
 
-pub use builder::AgentBuilder;
+pub use builder::{AgentBuilder, McpPending, Ready};
+pub(crate) use config::{AgentConfig, Narrowing};
 pub use delegation::ModelResolver;
 pub(crate) use delegation::{
     ChildBinding, Delegating, DelegationPlan, HookToolFilter, Installed, PreparedDelegation,
@@ -256,6 +259,29 @@ impl Agent {
     /// Runs a call and streams what happens: text and thinking deltas, tool calls,
     /// progress and results, then [`AgentEvent::Final`] or [`AgentEvent::Error`]. Hooks
     /// behave exactly as for [`Agent::run`]. Dropping the stream cancels the call.
+    ///
+    /// ```
+    /// use futures::StreamExt;
+    /// use rein::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let agent = Agent::builder()
+    ///     .model(ScriptedModel::new([ScriptedTurn::text("Your order shipped.")]))
+    ///     .build()?;
+    /// let mut stream = agent.stream(vec![Msg::user("Where is my order?")], RunContext::new());
+    /// let mut shown = String::new();
+    /// while let Some(event) = stream.next().await {
+    ///     match event {
+    ///         AgentEvent::TextDelta(delta) => shown.push_str(&delta), // show as it arrives
+    ///         AgentEvent::Final(outcome) => assert_eq!(outcome.reply.text(), shown),
+    ///         AgentEvent::Error(e) => return Err(e.into()),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// assert_eq!(shown, "Your order shipped.");
+    /// # Ok(()) }
+    /// ```
     pub fn stream(&self, msgs: Vec<Msg>, ctx: RunContext) -> AgentStream {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let inner = Arc::clone(&self.inner);

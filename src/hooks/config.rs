@@ -126,7 +126,7 @@ pub struct Hooks {
 
 impl Hooks {
     /// Adds every hook to the builder, in priority order.
-    pub fn install(&self, builder: AgentBuilder) -> AgentBuilder {
+    pub fn install<S>(&self, builder: AgentBuilder<S>) -> AgentBuilder<S> {
         let mut b = builder;
         macro_rules! add {
             ($($field:ident),*) => {$(

@@ -8,8 +8,11 @@ use crate::agent::{Agent, AgentBuilder};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::tool::policy::load_policy;
 
-impl AgentBuilder {
-    /// Builds the agent, first connecting its MCP servers (feature `mcp`).
+impl<S> AgentBuilder<S> {
+    /// Builds the agent, first connecting its MCP servers (feature `mcp`). The only
+    /// way to build an `AgentBuilder<McpPending>` (one that declares servers with
+    /// [`AgentBuilder::mcp_server`]); on a [`Ready`](crate::agent::Ready) builder it
+    /// also connects the servers a workspace `tools.json` declares.
     ///
     /// Every server declared with [`AgentBuilder::mcp_server`] or in the workspace
     /// `tools.json` is connected concurrently, each within its connect timeout; its tools
@@ -26,10 +29,7 @@ impl AgentBuilder {
     /// [`BuildErrorKind::Tool`] when an MCP tool name is taken by another tool.
     #[cfg(feature = "mcp")]
     pub async fn build_async(mut self) -> Result<Agent, BuildError> {
-        if self.child.is_some() {
-            return self.build_with(None, false);
-        }
-        let policy = match &self.workspace {
+        let policy = match &self.config.workspace {
             Some(ws) => load_policy(ws)?,
             None => None,
         };
@@ -49,7 +49,8 @@ impl AgentBuilder {
         }
         for tool in connect_all(&servers).await? {
             let name = tool.name().to_owned();
-            self.toolkit
+            self.config
+                .toolkit
                 .register(tool)
                 .map_err(|e| BuildError::tool(&format!("MCP tool `{name}`"), e))?;
         }

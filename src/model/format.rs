@@ -32,6 +32,23 @@ const MAX_NAME: usize = 64;
 /// validates the answer against the schema and deserializes it, and re-asks (bounded)
 /// when it does not fit.
 ///
+/// ```
+/// use rein::*;
+/// use serde_json::json;
+///
+/// # fn main() -> Result<(), ModelError> {
+/// // Usually built for a type by `Agent::call_typed`; by hand for raw JSON:
+/// let format = ResponseFormat::json_schema(
+///     "verdict",
+///     json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}),
+/// )?;
+/// let options = GenerateOptions { response_format: Some(format), ..Default::default() };
+/// assert_eq!(options.response_format.as_ref().map(|f| f.name.as_str()), Some("verdict"));
+/// // Names are checked: a provider would reject this one.
+/// assert!(ResponseFormat::json_schema("no spaces allowed", json!({"type": "object"})).is_err());
+/// # Ok(()) }
+/// ```
+///
 /// [`Agent::call_typed`]: crate::Agent::call_typed
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]

@@ -16,8 +16,8 @@ use super::spec::{
 };
 use super::{GENERAL_PURPOSE, SPAWN_TOOL, SubagentDeclaration, SubagentFactory};
 use crate::agent::{
-    Agent, AgentBuilder, AgentEvent, CallOutcome, ChildBinding, PENDING_CALLS_KEY, SessionKey,
-    StopReason, Template,
+    Agent, AgentBuilder, AgentEvent, CallOutcome, ChildBinding, Narrowing, PENDING_CALLS_KEY,
+    SessionKey, StopReason, Template,
 };
 use crate::error::BuildError;
 use crate::message::Msg;
@@ -152,7 +152,7 @@ impl Delegation {
             if let Some(root) = isolated_root(&id, decl.workspace.as_ref(), t.workspace.as_deref())?
             {
                 // The child sits at depth + 1 and delegates while below the maximum.
-                let levels = t.max_depth.saturating_sub(t.info.depth + 1);
+                let levels = t.config.max_depth.saturating_sub(t.info.depth + 1);
                 check_child_root(&id, &root, &decl.tools, levels, &mut seen)?;
             }
         }
@@ -240,9 +240,12 @@ impl Delegation {
         Ok(agent)
     }
 
-    /// The one function that builds every child, whatever declared it.
+    /// The one function that builds every child, whatever declared it: the parent's
+    /// inheritable config, narrowed by the declaration (and a factory), bound by the
+    /// allowlist, `tools.json` and the parent's tools.
     fn build_child(&self, id: &str, declared: &Declared) -> Result<Agent, BuildError> {
         let t = &self.template;
+        let inherited = &t.config;
         let general;
         let (decl, factory): (&SubagentDeclaration, Option<&Arc<dyn SubagentFactory>>) =
             match declared {
@@ -253,8 +256,8 @@ impl Delegation {
                         name: GENERAL_PURPOSE.to_owned(),
                         description: GENERAL_PURPOSE_DESCRIPTION.to_owned(),
                         tools: Vec::new(),
-                        sys_prompt: t.sys_prompt.clone(),
-                        steps: t.max_iters_default,
+                        sys_prompt: inherited.sys_prompt.clone(),
+                        steps: inherited.max_iters,
                         model: None,
                         temperature: None,
                         top_p: None,
@@ -265,21 +268,13 @@ impl Delegation {
                 }
             };
         check_allowlist(id, &decl.tools, &t.callable)?;
-        let model = match &decl.model {
-            None => Arc::clone(&t.model),
-            Some(name) => match t.resolver.as_ref().and_then(|r| r(name)) {
-                Some(m) => m,
-                None => {
-                    tracing::warn!(subagent = id, model = %name, "model name did not resolve; using the parent's model");
-                    Arc::clone(&t.model)
-                }
-            },
-        };
-        let overlay = GenerateOptions {
-            temperature: decl.temperature,
-            top_p: decl.top_p,
-            ..Default::default()
-        };
+        let model = decl.model.as_ref().and_then(|name| {
+            let resolved = inherited.model_resolver.as_ref().and_then(|r| r(name));
+            if resolved.is_none() {
+                tracing::warn!(subagent = id, model = %name, "model name did not resolve; using the parent's model");
+            }
+            resolved
+        });
         let root = isolated_root(id, decl.workspace.as_ref(), t.workspace.as_deref())?;
         let own_dir = nested_dir(root.as_deref(), &decl.tools);
         let own_policy = match &root {
@@ -302,43 +297,19 @@ impl Delegation {
              Complete the task and reply with its result.",
             t.info.name
         );
-        let mut b = AgentBuilder::new()
-            .name(id)
-            .sys_prompt(prompt)
-            .generate_options(GenerateOptions::merge(&overlay, &t.options))
-            .max_iters(decl.steps)
-            .max_gotos(t.max_gotos)
-            .tool_timeout(t.tool_timeout)
-            .toolkit(t.base_tools.copy());
-        b.model = Some(model);
-        b.hook_timeout = t.hook_timeout;
-        b.hook_tool_filter = t.hook_tool_filter.clone();
-        b.model_resolver = t.resolver.clone();
-        b.max_depth = t.max_depth;
-        b.trail = t.trail;
-        b.record_content = t.record_content;
-        b.tool_labels = t.tool_labels.clone();
-        b.limits = t.limits;
-        b.hooks.extend(decl.hooks.iter().cloned());
-        if let Some(f) = factory {
-            let granted = Granted::of(&b);
-            b = f.configure(b);
-            narrow::enforce(id, granted, &t.base_tools, &t.callable, &mut b)?;
-        }
-        // A factory may lower the turn limits, never raise them; the caller that
-        // streams sees the child's turns released as the parent's.
-        b.limits = b.limits.at_most(&t.limits);
-        b.stream_release = t.stream_release;
-        // Re-applied after any factory: inherited hooks first, nothing global, no
-        // workspace or declarations of its own, and the bound.
-        let own = std::mem::take(&mut b.hooks);
-        b.hooks = t.hooks.iter().cloned().chain(own).collect();
-        b.global_hooks = false;
-        b.registries.clear();
-        b.workspace = None;
-        b.name = id.to_owned();
-        b.id = None;
-        b.child = Some(ChildBinding {
+        let config = inherited.clone().narrow_to(Narrowing {
+            name: id.to_owned(),
+            sys_prompt: prompt,
+            model,
+            options: GenerateOptions {
+                temperature: decl.temperature,
+                top_p: decl.top_p,
+                ..Default::default()
+            },
+            max_iters: decl.steps,
+            hooks: decl.hooks.clone(),
+        });
+        let binding = ChildBinding {
             parent: Arc::clone(&t.info),
             path: Arc::from(format!("{}/{id}", t.path)),
             allow: decl.tools.clone(),
@@ -346,8 +317,14 @@ impl Delegation {
             policy: t.policy.clone(),
             own_policy,
             workspace: root.or_else(|| t.workspace.clone()),
-        });
-        b.delegation = Some(Box::new(ChildPlan::new(
+        };
+        let mut b = AgentBuilder::child(config, binding);
+        if let Some(f) = factory {
+            let granted = Granted::of(&b);
+            b = f.configure(b);
+            narrow::enforce(id, granted, inherited, &t.callable, &mut b)?;
+        }
+        b.config.delegation = Some(Arc::new(ChildPlan::new(
             Arc::clone(&self.registry),
             own_dir,
         )));

@@ -142,6 +142,34 @@ impl SubagentWorkspace {
 }
 
 /// A subagent declared in code (or loaded from a Markdown file).
+///
+/// ```
+/// use rein::*;
+/// use rein::subagent::SubagentDeclaration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let analyst = SubagentDeclaration::builder("log-analyst")
+///     .description("Reads service logs and explains failures.")
+///     .tools(["query_logs"]) // at most the parent's tools; none: no tools at all
+///     .steps(4)
+///     .build()?;
+/// let model = ScriptedModel::new([
+///     ScriptedTurn::tool_call(
+///         "agent_spawn",
+///         serde_json::json!({"agent_id": "log-analyst", "task": "why did payments fail?"}),
+///     ),
+///     ScriptedTurn::text("the bank timed out"),       // the subagent's answer
+///     ScriptedTurn::text("Payments failed: bank timeout."), // the parent's reply
+/// ]);
+/// let mut tools = Toolkit::new();
+/// tools.register(FunctionTool::new("query_logs", "Log lines.", serde_json::json!({"type": "object"}),
+///     |_| async { Ok("12:01 ERROR timeout talking to bank".to_string()) }))?;
+/// let agent = Agent::builder().model(model).toolkit(tools).subagent(analyst).build()?;
+/// let reply = agent.call(Msg::user("What happened to payments?")).await?;
+/// assert_eq!(reply.text(), "Payments failed: bank timeout.");
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct SubagentDeclaration {
     pub(crate) name: String,
@@ -361,12 +389,16 @@ impl SubagentDeclarationBuilder {
 }
 
 /// Builds custom children. The runtime hands [`SubagentFactory::configure`] a builder
-/// already set up with what the child inherits (model, options, the parent's tools, the
-/// declared prompt and steps, the parent's limits); the factory may add hooks, narrow
-/// tools, lower limits, change the prompt, model or options. Afterwards the runtime
-/// re-applies the invariants: the parent's inheritable hooks are put first, and the
-/// tools are bounded by the declaration's allowlist, `tools.json` and the parent's tools
-/// — a factory can narrow, never widen.
+/// holding the child's config as every child starts: its parent's inheritable config
+/// (model, options, the parent's own tools, its inheritable hooks, limits, timeouts)
+/// narrowed by the declaration (prompt, steps, model, temperature, top-p, the
+/// declaration's hooks after the inherited ones). The factory may add hooks (they run
+/// after those), narrow tools, lower limits, change the prompt, model or options, set
+/// a fixed id or a session store. Afterwards the runtime checks what it returned and
+/// builds it with the tool bound — the declaration's allowlist, `tools.json` and the
+/// parent's tools — so a factory can narrow, never widen. The builder is
+/// [`Ready`](crate::agent::Ready): a child cannot declare MCP servers (it inherits the
+/// parent's MCP tools through the bound), which the type system enforces.
 ///
 /// Widening fails the spawn with [`BuildErrorKind::Widening`] (the parent model gets
 /// an error result naming the tool or limit; nothing is clamped silently):
@@ -376,7 +408,37 @@ impl SubagentDeclarationBuilder {
 ///   `hook_timeout` may only be lowered (dropping the parent's hook timeout raises it).
 ///
 /// A hook-tool filter the factory sets is combined with the parent's (a hook tool must
-/// pass both), and `record_content` can only be turned off.
+/// pass both), `record_content` can only be turned off, turn limits are capped at the
+/// parent's and the stream release is the parent's. Renaming the child or giving it a
+/// workspace or subagent declarations of its own fails the spawn with
+/// [`BuildErrorKind::InvalidConfig`].
+///
+/// ```
+/// use rein::*;
+/// use rein::subagent::{SubagentDeclaration, SubagentFactory};
+///
+/// /// A reader: the parent's `read` tool only, three steps at most.
+/// struct Reader(SubagentDeclaration);
+///
+/// impl SubagentFactory for Reader {
+///     fn declaration(&self) -> &SubagentDeclaration {
+///         &self.0
+///     }
+///     fn configure(&self, builder: AgentBuilder) -> AgentBuilder {
+///         let tools = builder.current_toolkit().filtered(|name| name == "read");
+///         builder.toolkit(tools).max_iters(3)
+///     }
+/// }
+///
+/// # fn main() -> Result<(), BuildError> {
+/// let decl = SubagentDeclaration::builder("reader").description("Reads files.").build()?;
+/// let agent = Agent::builder()
+///     .model(ScriptedModel::new([]))
+///     .subagent_factory(Reader(decl))
+///     .build()?;
+/// assert!(agent.tool_names().iter().any(|t| t == "agent_spawn"));
+/// # Ok(()) }
+/// ```
 pub trait SubagentFactory: Send + Sync + 'static {
     /// The declaration: id, description (shown to the parent model), allowlist.
     fn declaration(&self) -> &SubagentDeclaration;

@@ -16,6 +16,11 @@
 //! - **Hook-tool filter.** A filter the factory sets is combined with the parent's: a
 //!   hook tool must pass both.
 //! - **Content recording.** `record_content` can be turned off, not on.
+//! - **Turn limits and stream release.** Turn limits are capped at the parent's; the
+//!   stream release is the parent's (the child's deltas reach the same caller).
+//! - **Identity.** The child keeps its declared id as its name, and has no workspace or
+//!   subagent declarations of its own (those come from its declaration);
+//!   [`BuildErrorKind::InvalidConfig`] otherwise.
 //!
 //! Failures are [`BuildErrorKind::Widening`]; the parent model gets them as the
 //! delegation tool's error result.
@@ -24,10 +29,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::agent::AgentBuilder;
-use crate::agent::HookToolFilter;
+use crate::agent::{AgentBuilder, AgentConfig, HookToolFilter};
 use crate::error::{BuildError, BuildErrorKind};
-use crate::tool::{SharedTool, Toolkit};
+use crate::tool::SharedTool;
 
 /// The limits the runtime set on a child's builder before the factory ran.
 pub(crate) struct Granted {
@@ -44,13 +48,13 @@ impl Granted {
     /// The limits of a builder as it is now.
     pub(crate) fn of(b: &AgentBuilder) -> Self {
         Self {
-            max_depth: b.max_depth,
-            max_iters: b.max_iters,
-            max_gotos: b.max_gotos,
-            tool_timeout: b.tool_timeout,
-            hook_timeout: b.hook_timeout,
-            hook_tool_filter: b.hook_tool_filter.clone(),
-            record_content: b.record_content,
+            max_depth: b.config.max_depth,
+            max_iters: b.config.max_iters,
+            max_gotos: b.config.max_gotos,
+            tool_timeout: b.config.tool_timeout,
+            hook_timeout: b.config.hook_timeout,
+            hook_tool_filter: b.config.hook_tool_filter.clone(),
+            record_content: b.config.record_content,
         }
     }
 }
@@ -62,23 +66,44 @@ fn same_instance(a: &SharedTool, b: &SharedTool) -> bool {
 /// Checks (and, for the hook-tool filter and content recording, re-applies) the rule of
 /// this module on the builder a factory returned for the child `id`.
 ///
-/// `parent_tools` are the parent's own tool instances; `callable` every name the parent
-/// can call.
+/// `parent` is the config the child inherited (its toolkit holds the parent's own tool
+/// instances); `callable` every name the parent can call.
 ///
 /// # Errors
-/// [`BuildErrorKind::Widening`] naming the first swapped tool or every raised limit.
+/// [`BuildErrorKind::Widening`] naming the first swapped tool or every raised limit;
+/// [`BuildErrorKind::InvalidConfig`] when the factory renamed the child or gave it a
+/// workspace or subagents of its own.
 pub(crate) fn enforce(
     id: &str,
     granted: Granted,
-    parent_tools: &Toolkit,
+    parent: &AgentConfig,
     callable: &HashSet<String>,
     b: &mut AgentBuilder,
 ) -> Result<(), BuildError> {
-    for name in b.toolkit.names() {
+    let invalid = |what: &str| {
+        Err(BuildError::new(
+            BuildErrorKind::InvalidConfig,
+            format!(
+                "subagent `{id}`: its factory {what}; a child's name is its declared id, and \
+                 its workspace and subagents come from its declaration"
+            ),
+        ))
+    };
+    if b.config.name != id {
+        return invalid(&format!("renamed it to `{}`", b.config.name));
+    }
+    if b.config.workspace.is_some() {
+        return invalid("gave it a workspace");
+    }
+    if b.config.delegation.is_some() {
+        return invalid("declared subagents on it");
+    }
+    let parent_tools = &parent.toolkit;
+    for name in b.config.toolkit.names() {
         if !callable.contains(&name) {
             continue; // dropped by the tool bound
         }
-        let held = b.toolkit.get(&name);
+        let held = b.config.toolkit.get(&name);
         let parents = parent_tools.get(&name);
         let same = matches!((&held, &parents), (Some(h), Some(p)) if same_instance(h, p));
         if !same {
@@ -100,16 +125,16 @@ pub(crate) fn enforce(
         d => format!("{d:?}"),
     };
     let counts = [
-        ("max_depth", granted.max_depth, b.max_depth),
-        ("max_iters", granted.max_iters, b.max_iters),
-        ("max_gotos", granted.max_gotos, b.max_gotos),
+        ("max_depth", granted.max_depth, b.config.max_depth),
+        ("max_iters", granted.max_iters, b.config.max_iters),
+        ("max_gotos", granted.max_gotos, b.config.max_gotos),
     ];
     let times = [
-        ("tool_timeout", granted.tool_timeout, b.tool_timeout),
+        ("tool_timeout", granted.tool_timeout, b.config.tool_timeout),
         (
             "hook_timeout",
             forever(granted.hook_timeout),
-            forever(b.hook_timeout),
+            forever(b.config.hook_timeout),
         ),
     ];
     let raised: Vec<String> = counts
@@ -133,8 +158,12 @@ pub(crate) fn enforce(
         ));
     }
 
-    b.record_content &= granted.record_content;
-    b.hook_tool_filter = match (granted.hook_tool_filter, b.hook_tool_filter.take()) {
+    // A factory may lower the turn limits, never raise them; the caller that streams
+    // sees the child's turns released as the parent's.
+    b.config.limits = b.config.limits.at_most(&parent.limits);
+    b.config.stream_release = parent.stream_release;
+    b.config.record_content &= granted.record_content;
+    b.config.hook_tool_filter = match (granted.hook_tool_filter, b.config.hook_tool_filter.take()) {
         (Some(parent), Some(own)) if !Arc::ptr_eq(&parent, &own) => {
             Some(Arc::new(move |name: &str| parent(name) && own(name)) as HookToolFilter)
         }

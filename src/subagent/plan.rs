@@ -36,18 +36,15 @@ impl std::fmt::Debug for Declarations {
 
 /// Applies `f` to the builder's declarations, created on first use (a child's
 /// inherited registry is replaced: a builder that declares subagents is top-level).
-fn declare(b: &mut AgentBuilder, f: impl FnOnce(&mut Declarations)) {
+fn declare<S>(b: &mut AgentBuilder<S>, f: impl FnOnce(&mut Declarations)) {
     let mut decls = b
+        .config
         .delegation
         .take()
-        .and_then(|mut p| {
-            p.as_any_mut()
-                .downcast_mut::<Declarations>()
-                .map(std::mem::take)
-        })
+        .and_then(|p| p.as_any().downcast_ref::<Declarations>().cloned())
         .unwrap_or_default();
     f(&mut decls);
-    b.delegation = Some(Box::new(decls));
+    b.config.delegation = Some(Arc::new(decls));
 }
 
 impl DelegationPlan for Declarations {
@@ -71,11 +68,7 @@ impl DelegationPlan for Declarations {
         Ok(Some(Box::new(Prepared(Arc::new(registry)))))
     }
 
-    fn clone_plan(&self) -> Box<dyn DelegationPlan> {
-        Box::new(self.clone())
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
+    fn as_any(&self) -> &dyn Any {
         self
     }
 }
@@ -114,11 +107,7 @@ impl DelegationPlan for ChildPlan {
         Ok(Some(Box::new(Prepared(registry))))
     }
 
-    fn clone_plan(&self) -> Box<dyn DelegationPlan> {
-        Box::new(self.clone())
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
+    fn as_any(&self) -> &dyn Any {
         self
     }
 }
@@ -156,7 +145,7 @@ impl Delegating for Delegation {
     }
 }
 
-impl AgentBuilder {
+impl<S> AgentBuilder<S> {
     /// Uses a workspace folder: `<ws>/tools.json` bounds this agent's tools and every
     /// subagent's, and `<ws>/subagents/*.md` declares subagents — those present now are
     /// checked at `build()`, later changes (judged by file content, not size or mtime)
@@ -170,7 +159,7 @@ impl AgentBuilder {
     ///
     /// [`SpecErrorKind::Missing`]: crate::subagent::spec::SpecErrorKind::Missing
     pub fn workspace(mut self, path: impl Into<PathBuf>) -> Self {
-        self.workspace = Some(path.into());
+        self.config.workspace = Some(path.into());
         declare(&mut self, |_| {});
         self
     }

@@ -159,7 +159,8 @@ pub(crate) fn json_type(v: &Value) -> &'static str {
 /// - Each tool's parameter schema is validated and compiled at registration.
 /// - Deletion can be disabled ([`Toolkit::disable_deletion`]); [`Toolkit::remove`]
 ///   then returns an error instead of silently doing nothing.
-/// - [`Toolkit::copy`] gives an independent registry that shares the tool instances.
+/// - `clone()` (or [`Toolkit::copy`]) gives an independent registry that shares the tool
+///   instances.
 ///
 /// An agent takes its own copy at build time, so changing the toolkit afterwards does
 /// not affect built agents.
@@ -180,13 +181,13 @@ pub(crate) fn json_type(v: &Value) -> &'static str {
 /// assert_eq!(tools.register(echo("lookup")), Err(ToolkitError::DuplicateName("lookup".into())));
 ///
 /// // A locked copy shares the instances; nothing can be removed from it.
-/// let mut locked = tools.copy().without_deletion();
+/// let mut locked = tools.clone().without_deletion();
 /// assert!(matches!(locked.remove("refund"), Err(ToolkitError::DeletionDisabled(_))));
 /// // Narrowing never deletes: it builds a smaller toolkit.
 /// assert_eq!(locked.filtered(|name| name != "refund").names(), ["lookup"]);
 /// # Ok::<(), ToolkitError>(())
 /// ```
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Toolkit {
     entries: IndexMap<String, Arc<ToolEntry>>,
     deletion_disabled: bool,
@@ -294,13 +295,11 @@ impl Toolkit {
         !self.deletion_disabled
     }
 
-    /// An independent toolkit with the same tools (the instances are shared, not
-    /// cloned), the same order and the same deletion setting.
+    /// The same as [`Clone::clone`] (kept from the original contract): an independent
+    /// toolkit with the same tools (the instances are shared, not cloned), the same
+    /// order and the same deletion setting.
     pub fn copy(&self) -> Toolkit {
-        Toolkit {
-            entries: self.entries.clone(),
-            deletion_disabled: self.deletion_disabled,
-        }
+        self.clone()
     }
 
     /// A toolkit with the tools whose names pass `keep`, in order, sharing instances

@@ -487,14 +487,31 @@ async fn a_missing_environment_variable_in_tools_json_fails_the_build_naming_it(
     );
 }
 
+// Servers declared in code cannot be built synchronously at all: `mcp_server` turns the
+// builder into an `AgentBuilder<McpPending>`, which has no `build()` (the
+// `compile_fail` example on `AgentBuilder::mcp_server` proves it). A workspace's
+// `tools.json` is data read at build time, so there the mistake is a typed error.
 #[test]
-fn declared_servers_fail_the_synchronous_build_pointing_to_build_async() {
+fn servers_declared_in_tools_json_fail_the_synchronous_build_pointing_to_build_async() {
+    let dir = TempDir::new("mcp-sync");
+    dir.write(
+        "tools.json",
+        r#"{"mcpServers": {"s": {"transport": "stdio", "command": "node"}}}"#,
+    );
     let err = builder(&ScriptedModel::new([]))
-        .mcp_server("s", McpServerConfig::stdio("node"))
+        .workspace(&dir.0)
         .build()
         .unwrap_err();
     assert_eq!(err.kind(), BuildErrorKind::Mcp);
     assert!(err.to_string().contains("build_async"), "{err}");
+    assert!(err.to_string().contains("`s`"), "{err}");
+}
+
+#[tokio::test]
+async fn a_builder_without_servers_builds_with_build_async_as_with_build() {
+    let model = ScriptedModel::new([ScriptedTurn::text("ok")]);
+    let agent = builder(&model).build_async().await.unwrap();
+    assert_eq!(agent.call(Msg::user("hi")).await.unwrap().text(), "ok");
 }
 
 async fn a_server_lost_mid_call_gives_an_error_result_and_the_next_call_reconnects(server: Server) {

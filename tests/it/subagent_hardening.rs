@@ -356,3 +356,76 @@ async fn a_factory_may_narrow_tools_and_lower_limits() {
     let r = &results_in_request(&model, 3)[0];
     assert!(!r.1 && r.2.ends_with('c'), "{r:?}");
 }
+
+/// The error result of a spawn whose factory does `configure`.
+async fn spawn_error(
+    configure: impl Fn(AgentBuilder) -> AgentBuilder + Send + Sync + 'static,
+) -> String {
+    let model = ScriptedModel::new([spawn("custom", "t"), ScriptedTurn::text("p")]);
+    let agent = builder(&model)
+        .subagent_factory(factory(configure))
+        .build()
+        .unwrap();
+    agent.call(Msg::user("go")).await.unwrap();
+    let r = &results_in_request(&model, 1)[0];
+    assert!(r.1, "the spawn fails: {r:?}");
+    assert_eq!(model.requests().len(), 2, "the child never ran");
+    r.2.clone()
+}
+
+#[tokio::test]
+async fn a_factory_cannot_rename_its_child() {
+    let e = spawn_error(|b| b.name("root")).await;
+    assert!(
+        e.contains("subagent `custom`") && e.contains("renamed it to `root`"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_factory_cannot_give_its_child_a_workspace_or_subagents() {
+    let dir = TempDir::new("factory-ws");
+    let path = dir.0.clone();
+    let e = spawn_error(move |b| b.workspace(&path)).await;
+    assert!(e.contains("gave it a workspace"), "{e}");
+    let e = spawn_error(|b| b.general_purpose_subagent()).await;
+    assert!(e.contains("declared subagents on it"), "{e}");
+}
+
+#[tokio::test]
+async fn a_factory_sees_the_inherited_config_and_its_own_hooks_run_after_the_inherited_ones_of_equal_priority()
+ {
+    let log = Log::default();
+    let model = ScriptedModel::new([
+        spawn("custom", "t"),
+        ScriptedTurn::text("c"),
+        ScriptedTurn::text("p"),
+    ]);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen_in = std::sync::Arc::clone(&seen);
+    let factory_log = log.clone();
+    let agent = builder(&model)
+        .toolkit(read_write(&log))
+        .hook(Recorder::new("inherited", 0, &log).interest(Interest::only(EventKind::PreCall)))
+        .subagent_factory(factory(move |b| {
+            seen_in.lock().unwrap().extend(b.current_toolkit().names());
+            // Same priority: registered after the inherited hook, so it runs after it.
+            b.hook(
+                Recorder::new("own", 0, &factory_log).interest(Interest::only(EventKind::PreCall)),
+            )
+        }))
+        .build()
+        .unwrap();
+    agent.call(Msg::user("go")).await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), ["read", "write"]);
+    let calls: Vec<String> = log
+        .entries()
+        .into_iter()
+        .filter(|e| e.contains("PreCall"))
+        .collect();
+    // The parent's call, then the child's: inherited first, then the factory's own.
+    assert_eq!(
+        calls,
+        ["inherited:PreCall", "inherited:PreCall", "own:PreCall"]
+    );
+}
