@@ -334,3 +334,37 @@ async fn per_call_extra_headers_are_sent_and_an_invalid_one_is_a_bad_request() {
         assert_eq!(server.requests().len(), 1);
     }
 }
+
+/// reqwest is built without a crypto provider of its own (rein installs rustls's `ring`
+/// before building a client): an `https` request must run a TLS handshake — here against
+/// a server that answers in plain HTTP, so the handshake fails as a typed error carrying
+/// rustls's message, not a panic.
+#[tokio::test]
+async fn an_https_request_runs_a_rustls_handshake_and_a_plain_http_answer_fails_it_typed() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let _ = socket
+                .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    for wire in wires() {
+        let server = MockServer::start([]).await.with_url(&url);
+        let (_, err) = collect(&*wire.model(&server, fast_http(1)), ask("hi")).await;
+        let err = err.expect("a plain-HTTP answer cannot complete a TLS handshake");
+        assert_eq!(err.kind(), ModelErrorKind::Other, "{}: {err}", wire.name());
+        // rustls's own error: the answer is not a TLS record.
+        assert!(
+            err.message().contains("could not connect")
+                && err.message().contains("received corrupt message"),
+            "{}: {err}",
+            wire.name()
+        );
+        let provider = rustls::crypto::CryptoProvider::get_default()
+            .expect("rein installed a process-wide provider");
+        assert!(!provider.cipher_suites.is_empty());
+    }
+}
