@@ -356,3 +356,40 @@ fn a_subscribed_sync_hook_adds_no_allocation_per_event() {
     eprintln!("allocations per call: no hook {c0}, 1 SyncHook {c1}, 10 SyncHooks {c10}");
     assert_eq!(c1, c10, "ten SyncHooks allocated more per call than one");
 }
+
+/// Allocations of one W1 call (a tool call, then the answer; no hooks) on a fresh
+/// session, averaged over `calls` calls after a warm-up call.
+fn w1_allocations(calls: usize) -> u64 {
+    let rt = rt();
+    let a = agent(|b| b.sys_prompt("You are a calculator."), calls + 1);
+    let call = |a: &Agent| {
+        let a = a.clone();
+        async move {
+            a.call_with(
+                vec![Msg::user("What is 1 + 2?")],
+                RunContext::new().with_session_id("w1"),
+            )
+            .await
+            .unwrap();
+            a.forget_session(&SessionKey::new(None, "w1"));
+        }
+    };
+    measure(&rt, call(&a));
+    let mut total = 0;
+    for _ in 0..calls {
+        total += measure(&rt, call(&a)).0;
+    }
+    total / calls as u64
+}
+
+/// The allocation budget of a W1 call on a `ScriptedModel` (which records each request):
+/// 115 measured when tool schemas became shared with every request
+/// (`ModelRequest::tools` is an `Arc<[ToolSchema]>`; 155 while each reasoning step
+/// copied them). A change that adds allocations to every call fails here; raise the
+/// budget only with a reason.
+#[test]
+fn a_w1_call_stays_within_its_allocation_budget() {
+    let n = w1_allocations(20);
+    eprintln!("allocations per W1 call: {n}");
+    assert!(n <= 120, "a W1 call made {n} allocations (budget 120)");
+}

@@ -178,10 +178,10 @@ impl<S> AgentBuilder<S> {
         if child.is_none() {
             // Subagents' tools are a subset of these (the bound): checking here covers
             // every agent of the tree.
-            let mut tools = tool_schemas.clone();
-            if let Some(d) = &delegation {
-                tools = d.schemas(&tools);
-            }
+            let tools = match &delegation {
+                Some(d) => d.schemas(&tool_schemas),
+                None => tool_schemas.clone(),
+            };
             let site = HookSite {
                 agent: &info,
                 tools: &tools,
@@ -197,7 +197,7 @@ impl<S> AgentBuilder<S> {
             inner: Arc::new(AgentInner {
                 info,
                 model,
-                tool_schemas,
+                tool_schemas: tool_schemas.into(),
                 toolkit,
                 tool_names,
                 chain,

@@ -175,7 +175,7 @@ pub(crate) struct AgentInner {
     pub(crate) model: Arc<dyn Model>,
     pub(crate) toolkit: Toolkit,
     pub(crate) tool_names: Arc<[String]>,
-    pub(crate) tool_schemas: Vec<ToolSchema>,
+    pub(crate) tool_schemas: Arc<[ToolSchema]>,
     pub(crate) chain: HookChain,
     pub(crate) sys_prompt: Option<String>,
     pub(crate) options: GenerateOptions,

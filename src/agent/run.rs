@@ -457,9 +457,11 @@ impl Call<'_> {
             messages = e.messages;
             options = e.options;
         }
+        // Shared with the agent (one refcount), unless the delegation tool lists the
+        // subagents known now.
         let tools = match &agent.delegation {
-            Some(d) => d.schemas(&agent.tool_schemas),
-            None => agent.tool_schemas.clone(),
+            Some(d) => d.schemas(&agent.tool_schemas).into(),
+            None => Arc::clone(&agent.tool_schemas),
         };
         let request = ModelRequest {
             messages,
@@ -575,7 +577,7 @@ impl Call<'_> {
         }
         let request = ModelRequest {
             messages,
-            tools: Vec::new(),
+            tools: Arc::default(),
             options,
         };
         let mut summary = self.stream_model(request, Phase::Summary).await?;

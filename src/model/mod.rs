@@ -99,7 +99,11 @@ pub struct ModelRequest {
     /// conversation part is shared with memory, not copied.
     pub messages: Messages,
     /// The tools offered, in toolkit registration order. Empty for the summary step.
-    pub tools: Vec<ToolSchema>,
+    ///
+    /// Shared, not copied: an agent computes its schemas once at `build()`, and every
+    /// request of every call shares them (read them as a slice: `&request.tools[..]`,
+    /// `request.tools.iter()`; build one from a `Vec` with `.into()`).
+    pub tools: Arc<[ToolSchema]>,
     /// The effective options for this call.
     pub options: GenerateOptions,
 }

@@ -293,7 +293,7 @@ async fn everything(model: &ScriptedModel, config: McpServerConfig) -> Agent {
 }
 
 fn offered(model: &ScriptedModel, n: usize) -> Vec<ToolSchema> {
-    model.requests()[n].tools.clone()
+    model.requests()[n].tools.to_vec()
 }
 
 /// Runs each named scenario `async fn name(server: Server)` once per transport, as

@@ -109,7 +109,7 @@ async fn the_request_body_maps_system_messages_tools_and_options_exactly() {
         ]
         .concat()
         .into(),
-        tools: vec![add_schema_tool()],
+        tools: vec![add_schema_tool()].into(),
         options,
     };
     let m = model(&server);

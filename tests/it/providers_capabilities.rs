@@ -224,7 +224,7 @@ async fn thinking_requests_that_cannot_be_made_valid_are_refused_naming_the_opti
         .build()
         .unwrap();
     let forced = ModelRequest {
-        tools: vec![add_schema_tool()],
+        tools: vec![add_schema_tool()].into(),
         ..with(GenerateOptions {
             reasoning_effort: Some("medium".into()),
             tool_choice: Some(ToolChoice::Required),

@@ -74,7 +74,7 @@ async fn the_request_body_maps_messages_tools_and_options_exactly() {
         ]
         .concat()
         .into(),
-        tools: vec![add_schema_tool()],
+        tools: vec![add_schema_tool()].into(),
         options,
     };
     // Every option as given: the capability rules are tested in providers_capabilities.rs.

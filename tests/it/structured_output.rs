@@ -191,7 +191,7 @@ fn the_openai_body_carries_the_format_as_a_json_schema_response_format() {
         .unwrap();
     let request = ModelRequest {
         messages: Messages::from(vec![Msg::user("hi")]),
-        tools: Vec::new(),
+        tools: Vec::new().into(),
         options: GenerateOptions {
             response_format: Some(
                 ResponseFormat::for_type::<Triage>()
@@ -223,7 +223,7 @@ mod anthropic {
             .unwrap();
         m.request_body(&ModelRequest {
             messages: Messages::from(vec![Msg::user("hi")]),
-            tools,
+            tools: tools.into(),
             options: GenerateOptions {
                 response_format: Some(ResponseFormat::for_type::<Triage>().unwrap()),
                 reasoning_effort: effort.map(str::to_owned),
