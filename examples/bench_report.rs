@@ -28,6 +28,15 @@
 //!   `SyncHook` and `MaskingHook::mask_stream`, as (time of 1,000 chunks − time of 1
 //!   chunk) / 999.
 //!
+//! - **session stores:** per-call store overhead (load + save; leased: acquire + load +
+//!   fenced save + release) with histories of 10 and 1,000 messages, p50 and p99 of
+//!   `REIN_BENCH_STORE_SAMPLES` (default 500) single calls, on the in-memory and file
+//!   stores, and on Redis and PostgreSQL when built with `--features redis,postgres`
+//!   and run with `REIN_REDIS_URL` / `REIN_POSTGRES_URL` set (`scripts/test-servers
+//!   cargo run --release --all-features --example bench_report`); otherwise those rows
+//!   say `SKIPPED` and why. `cargo bench --all-features --bench stores` prints the same
+//!   table with 2,000 calls per cell.
+//!
 //! `--probe <plain|async10|sync10|production> <n>` only runs `n` W1 calls (a driver
 //! for `valgrind --tool=callgrind`).
 //!
@@ -44,6 +53,7 @@ use rein::*;
 mod support;
 
 use support::scale::*;
+use support::stores::{store_rows, store_table};
 use support::*;
 
 const DEBUG: bool = cfg!(debug_assertions);
@@ -353,6 +363,8 @@ fn main() {
     let [tput, p99] = child(&["--throughput", "plain"]);
     let [tput_prod, p99_prod] = child(&["--throughput", "production"]);
     let chunk = per_chunk_ns(&rt, if DEBUG { 1 } else { 11 });
+    let store_samples = env_size("REIN_BENCH_STORE_SAMPLES", if DEBUG { 20 } else { 500 });
+    let stores = rt.block_on(store_rows(store_samples));
 
     println!("{:<52} {:>12}", "measure", "median");
     println!("{:<52} {:>9.2} µs", "W1 per call, no hooks", w1[0]);
@@ -425,6 +437,7 @@ fn main() {
         "{:<52} {:>9.1} ns (observing SyncHook {:.1} ns, mask_stream {:.1} ns)",
         "  per chunk of a 1,000-chunk streamed reply", chunk[0], chunk[1], chunk[2]
     );
+    print!("{}", store_table(&stores, store_samples.max(1)));
     println!(
         "(report took {:.1?})",
         Duration::from_secs_f64(started.elapsed().as_secs_f64())

@@ -1,5 +1,6 @@
 //! Shared by the benches and the `bench_report` example: the instant fake model, the
-//! W1/W2 workloads and no-op hooks.
+//! W1/W2 workloads and no-op hooks; `scale` (sessions at scale, throughput) and
+//! `stores` (per-call session-store overhead).
 #![allow(
     dead_code,
     unreachable_pub,
@@ -9,6 +10,7 @@
 )]
 
 pub mod scale;
+pub mod stores;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -158,11 +158,14 @@ impl ApprovalDecisions {
             return None;
         }
         Some(if answered.is_empty() {
-            "nothing is pending on the session, so this resume (no input, with approval              decisions) has nothing to run; nothing ran"
+            "nothing is pending on the session, so this resume (no input, with approval \
+             decisions) has nothing to run; nothing ran"
                 .to_owned()
         } else {
             format!(
-                "the tool calls this resume has decisions for ({}) already have results:                  another call (or another instance) resumed them first; nothing ran. Read                  what is pending now from the stored session",
+                "the tool calls this resume has decisions for ({}) already have results: \
+                 another call (or another instance) resumed them first; nothing ran. Read \
+                 what is pending now from the stored session",
                 answered.join(", ")
             )
         })

@@ -101,6 +101,11 @@ pub async fn an_approval_stopped_on_one_instance_is_resumed_on_another_and_runs_
     let err = a.call_with(vec![], approving(&waiting)).await.unwrap_err();
     assert_eq!(store_kind(&err), StoreErrorKind::Conflict, "{err}");
     assert!(err.to_string().contains(&waiting[0].id), "{err}");
+    assert!(
+        err.to_string()
+            .contains("already have results: another call (or another instance) resumed"),
+        "one readable sentence: {err}"
+    );
     assert_eq!(gate.runs(), 1, "the approved call ran once");
     assert_eq!(
         model_a.requests().len(),
@@ -302,14 +307,15 @@ async fn work<S: Leased>(r: usize, h: Harness<S>) {
 }
 
 /// Runs both workers on `engine` / namespace `ns` with lease TTL `ttl_ms`; with
-/// `kill_after`, SIGKILLs replica 0 that long after the start. Then checks every
+/// `kill_at`, SIGKILLs replica 0 as soon as it has reported that many calls (a moment
+/// in the middle of its run, however fast the machine is). Then checks every
 /// session (see the tests).
 async fn two_processes<S: Leased>(
     engine: &str,
     ns: &str,
     h: Harness<S>,
     ttl_ms: u64,
-    kill_after: Option<std::time::Duration>,
+    kill_at: Option<usize>,
 ) {
     let exe = std::env::current_exe().unwrap();
     let mut children: Vec<_> = (0..2)
@@ -330,23 +336,29 @@ async fn two_processes<S: Leased>(
                 .unwrap()
         })
         .collect();
-    if let Some(after) = kill_after {
-        tokio::time::sleep(after).await;
-        children[0].kill().unwrap(); // SIGKILL
-    }
-    let outputs = tokio::task::spawn_blocking(move || {
-        children
-            .into_iter()
-            .map(|c| c.wait_with_output().unwrap())
-            .collect::<Vec<_>>()
+    // Both outputs are read at once (a full pipe would stall a replica).
+    let second = children.pop().unwrap();
+    let second = std::thread::spawn(move || second.wait_with_output().unwrap());
+    let first = children.pop().unwrap();
+    let first = tokio::task::spawn_blocking(move || match kill_at {
+        Some(k) => killed_after_results(first, k),
+        None => first.wait_with_output().unwrap(),
     })
     .await
     .unwrap();
+    let outputs = [first, second.join().unwrap()];
     let mut outcome = std::collections::HashMap::new();
     let mut ran = std::collections::HashMap::<String, usize>::new();
     for (r, out) in outputs.iter().enumerate() {
-        let killed = kill_after.is_some() && r == 0;
-        assert!(killed || out.status.success(), "a replica failed: {out:?}");
+        let killed = kill_at.is_some() && r == 0;
+        if killed {
+            assert!(
+                !out.status.success(),
+                "replica 0 ended before its SIGKILL: {out:?}"
+            );
+        } else {
+            assert!(out.status.success(), "a replica failed: {out:?}");
+        }
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             if let Some(rest) = line.strip_prefix("RESULT ") {
                 let (tag, how) = rest.split_once(' ').unwrap();
@@ -361,8 +373,10 @@ async fn two_processes<S: Leased>(
     // A holder starved past its TTL (a loaded machine) loses the lease: a typed error,
     // nothing saved.
     let lost = count("lease_lost");
+    let by_r0 = outcome.keys().filter(|t| t.starts_with("r0-")).count();
     eprintln!(
-        "{engine}: {} reported, {ok} acknowledged, {busy} busy, {conflict} conflict, {lost} lease lost",
+        "{engine}: {} reported ({by_r0} by replica 0), {ok} acknowledged, {busy} busy, \
+         {conflict} conflict, {lost} lease lost",
         outcome.len()
     );
     assert_eq!(
@@ -370,7 +384,7 @@ async fn two_processes<S: Leased>(
         outcome.len(),
         "no other errors: {outcome:?}"
     );
-    if kill_after.is_none() {
+    if kill_at.is_none() {
         assert_eq!(outcome.len(), CALLS, "every call reported");
         assert!(ok >= CALLS / 4, "calls land: {ok}");
     }
@@ -384,7 +398,7 @@ async fn two_processes<S: Leased>(
                 "{tag} ({how}) ran {runs} times"
             ),
             None => assert!(
-                kill_after.is_some() && tag.starts_with("r0-"),
+                kill_at.is_some() && tag.starts_with("r0-"),
                 "{tag} unreported"
             ),
         }
@@ -408,8 +422,7 @@ async fn two_processes<S: Leased>(
             let acked = outcome.get(u).is_some_and(|how| how == "ok");
             // Only the killed replica's last call on a session may have been saved
             // without being reported.
-            let unreported =
-                kill_after.is_some() && u.starts_with("r0-") && !outcome.contains_key(u);
+            let unreported = kill_at.is_some() && u.starts_with("r0-") && !outcome.contains_key(u);
             assert!(acked || unreported, "s{s}: {u} stored but not acknowledged");
         }
         for r in 0..2 {
@@ -429,7 +442,7 @@ async fn two_processes<S: Leased>(
             }
         }
     }
-    if kill_after.is_some() {
+    if kill_at.is_some() {
         // Leases of the killed replica recover after the TTL: a call on every session
         // gets through, waiting at most a few TTLs.
         let agent = Agent::builder()
@@ -492,31 +505,76 @@ async fn two_replica_processes_interleaving_2000_calls_keep_every_history_on_pos
     .await;
 }
 
-/// Issue 15, 6b: replica 0 is SIGKILLed at a random moment (a bounded number of
-/// rounds on loopback): no session is torn or loses an acknowledged turn, and the dead
-/// replica's leases recover after the TTL.
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_killed_at_random_moments_leaves_no_torn_or_lost_session_on_redis() {
-    let Some(url) = crate::store_redis::redis_url() else {
-        return;
-    };
+/// Waits for `child` (replica 0), reading its output, and SIGKILLs it right after its
+/// `k`-th `RESULT` line; its output is what it printed before it died.
+fn killed_after_results(mut child: std::process::Child, k: usize) -> std::process::Output {
+    use std::io::BufRead;
+    let stdout = child.stdout.take().unwrap();
+    let (mut text, mut results) = (String::new(), 0);
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if line.starts_with("RESULT ") {
+            results += 1;
+            if results == k {
+                child.kill().unwrap(); // SIGKILL
+            }
+        }
+        text.push_str(&line);
+        text.push('\n');
+    }
+    std::process::Output {
+        status: child.wait().unwrap(),
+        stdout: text.into_bytes(),
+        stderr: Vec::new(),
+    }
+}
+
+/// Issue 15, 6b: two rounds in which replica 0 is SIGKILLed at a random moment of its
+/// run (after a random number, 1 to 900, of its 1,000 calls were reported: a moment
+/// counted from the start would, on a loaded machine, fall before its first call), each
+/// on a fresh namespace from `fresh` (namespace, harness): no session is torn or loses
+/// an acknowledged turn, and the dead replica's leases recover after the TTL.
+async fn killed_at_random_moments<S: Leased>(
+    engine: &str,
+    fresh: impl Fn() -> (String, Harness<S>),
+) {
     let mut state = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64
         | 1;
     for round in 0..2 {
-        let after = std::time::Duration::from_millis(200 + next(&mut state) % 1_000);
-        eprintln!("round {round}: SIGKILL after {after:?}");
-        let ns = crate::store_redis::fresh_prefix();
-        two_processes(
-            "redis",
-            &ns,
-            crate::store_redis::harness_in(&url, &ns),
-            2_000,
-            Some(after),
-        )
-        .await;
+        let k = 1 + (next(&mut state) % 900) as usize;
+        eprintln!("{engine} round {round}: SIGKILL once replica 0 reported {k} calls");
+        let (ns, h) = fresh();
+        two_processes(engine, &ns, h, 2_000, Some(k)).await;
     }
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_at_random_moments_leaves_no_torn_or_lost_session_on_redis() {
+    let Some(url) = crate::store_redis::redis_url() else {
+        return;
+    };
+    killed_at_random_moments("redis", || {
+        let ns = crate::store_redis::fresh_prefix();
+        let h = crate::store_redis::harness_in(&url, &ns);
+        (ns, h)
+    })
+    .await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_at_random_moments_leaves_no_torn_or_lost_session_on_postgres() {
+    let Some(url) = crate::store_postgres::postgres_url() else {
+        return;
+    };
+    killed_at_random_moments("postgres", || {
+        let ns = crate::store_postgres::fresh_table();
+        let h = crate::store_postgres::harness_in(&url, &ns);
+        (ns, h)
+    })
+    .await;
 }
