@@ -46,6 +46,7 @@ mod client;
 #[cfg(feature = "mcp")]
 mod guard;
 
+#[cfg(feature = "mcp")]
 pub(crate) use crate::tool::mcp_config::check_server_id;
 pub use crate::tool::mcp_config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_LIST_BYTES,

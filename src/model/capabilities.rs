@@ -58,6 +58,7 @@ pub struct ModelCapabilities {
 }
 
 /// The `reasoning_effort` levels OpenAI's reasoning models accept.
+#[cfg(feature = "openai")]
 pub(crate) const OPENAI_EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh"];
 
 impl ModelCapabilities {
