@@ -3,7 +3,9 @@
 //! A quick performance report (well under a minute in release mode): W1 per call with
 //! no hooks, with 10 no-op hooks on every event (written as `async fn` hooks, and as
 //! `SyncHook`s) and with the production hook set;
-//! an unsubscribed event; history scaling; masking throughput; W2 (1,000 concurrent W1
+//! an unsubscribed event; history scaling; masking throughput (a mixed corpus, and the
+//! adversarial worst cases `1 1 1…`, `a@a@…`, `+44 4 4…` and bad IBANs; the summary's
+//! `mask_worst_mb_s` is the slower of the first two); W2 (1,000 concurrent W1
 //! calls) wall time and peak RSS, each W2 mode measured in a child process so its peak
 //! memory is its own. Ratios compare measurements interleaved in this run. The last
 //! line is machine-readable:
@@ -147,13 +149,25 @@ fn unsubscribed_ns() -> f64 {
 }
 
 fn masking_mb_s() -> f64 {
+    mask_mb_s(&masking_corpus(1 << 20), if DEBUG { 2 } else { 50 })
+}
+
+/// Adversarial inputs of 1 MiB, MB/s each: `1 1 1 …` and `a@a@…` (every other byte a
+/// trigger), `+44 4 4 …` (every `+` walks 15 digit groups) and an IBAN with a bad
+/// checksum repeated (each one read whole and checked).
+fn masking_worst_mb_s() -> [f64; 4] {
+    let rounds = if DEBUG { 1 } else { 9 };
+    ["1 ", "a@", "+44 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 ", "DE89 3704 0044 0532 0130 01 "]
+        .map(|unit| mask_mb_s(&unit.repeat((1 << 20) / unit.len()), rounds))
+}
+
+/// Median MB/s of the default masker on `corpus` over `rounds` runs.
+fn mask_mb_s(corpus: &str, rounds: usize) -> f64 {
     let masker = SensitiveDataMasker::default();
-    let corpus = masking_corpus(1 << 20);
-    let rounds = if DEBUG { 2 } else { 50 };
     let mut samples = Vec::new();
     for _ in 0..rounds {
         let t = Instant::now();
-        std::hint::black_box(masker.mask(std::hint::black_box(&corpus)).len());
+        std::hint::black_box(masker.mask(std::hint::black_box(corpus)).len());
         samples.push(corpus.len() as f64 / t.elapsed().as_secs_f64() / 1e6);
     }
     median(samples)
@@ -357,6 +371,7 @@ fn main() {
     let (h0, h1000) = history_ratio(&rt, if DEBUG { 2 } else { 21 }, if DEBUG { 5 } else { 50 });
     let unsub = unsubscribed_ns();
     let mask = masking_mb_s();
+    let [worst_digits, worst_email, worst_plus, worst_iban] = masking_worst_mb_s();
     let (w2a_wall, w2a_rss) = w2_in_child("agents");
     let (w2s_wall, w2s_rss) = w2_in_child("sessions");
     let [session_bytes, sessions_rss, first_us, last_us] = child(&["--sessions"]);
@@ -406,6 +421,10 @@ fn main() {
         "masking, mixed zh/en corpus, ~1% personal data", mask
     );
     println!(
+        "{:<52} {:>9.0} MB/s (`a@a@…` {:.0}, `+44 4 4…` {:.0}, bad IBANs {:.0})",
+        "masking worst cases: `1 1 1…`", worst_digits, worst_email, worst_plus, worst_iban
+    );
+    println!(
         "{:<52} {:>9.3} s, peak RSS {:.1} MB",
         "W2: 1,000 concurrent W1 calls on 1,000 agents", w2a_wall, w2a_rss
     );
@@ -448,7 +467,7 @@ fn main() {
          sessions_rss_mb={:.1} \
          last_session_ratio={:.2} calls_per_s={:.0} p99_us={:.1} \
          production_calls_per_s={:.0} production_p99_us={:.1} chunk_ns={:.1} \
-         observed_chunk_ns={:.1} masked_chunk_ns={:.1}",
+         observed_chunk_ns={:.1} masked_chunk_ns={:.1} mask_mb_s={:.0} mask_worst_mb_s={:.0}",
         w1[0],
         w1[1] / w1[0],
         w1[2] / w1[0],
@@ -466,5 +485,7 @@ fn main() {
         chunk[0],
         chunk[1],
         chunk[2],
+        mask,
+        worst_digits.min(worst_email),
     );
 }
