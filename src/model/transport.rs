@@ -129,6 +129,12 @@ impl RetryPolicy {
     }
 
     /// The computed (jittered) backoff before retry `retry` (from 1).
+    ///
+    /// Kept hand-written rather than a backoff crate (`backon`, `backoff`): this is the
+    /// whole schedule (double, cap, jitter down by at most a quarter), while what makes
+    /// the retry loop correct — waiting what a `Retry-After` asks, failing at once when
+    /// that exceeds the cap, the per-call deadline, retrying only before the first
+    /// content chunk — no such crate models; one would replace these lines, not the loop.
     fn backoff(&self, retry: u32) -> Duration {
         let exp = self
             .initial_backoff
