@@ -157,8 +157,13 @@ fn masking_mb_s() -> f64 {
 /// checksum repeated (each one read whole and checked).
 fn masking_worst_mb_s() -> [f64; 4] {
     let rounds = if DEBUG { 1 } else { 9 };
-    ["1 ", "a@", "+44 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 ", "DE89 3704 0044 0532 0130 01 "]
-        .map(|unit| mask_mb_s(&unit.repeat((1 << 20) / unit.len()), rounds))
+    [
+        "1 ",
+        "a@",
+        "+44 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 ",
+        "DE89 3704 0044 0532 0130 01 ",
+    ]
+    .map(|unit| mask_mb_s(&unit.repeat((1 << 20) / unit.len()), rounds))
 }
 
 /// Median MB/s of the default masker on `corpus` over `rounds` runs.

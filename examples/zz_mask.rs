@@ -5,7 +5,16 @@ use std::time::Instant;
 fn main() {
     let m = SensitiveDataMasker::default();
     let n = 1024 * 1024;
-    for (label, unit) in [("digits", "1 "), ("email", "a@"), ("plus", "+44 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 "), ("iban", "DE89 3704 0044 0532 0130 01 "), ("12 ", "12 "), ("123 ", "123 "), ("1234 ", "1234 "), ("1-1-", "1-1-")] {
+    for (label, unit) in [
+        ("digits", "1 "),
+        ("email", "a@"),
+        ("plus", "+44 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 "),
+        ("iban", "DE89 3704 0044 0532 0130 01 "),
+        ("12 ", "12 "),
+        ("123 ", "123 "),
+        ("1234 ", "1234 "),
+        ("1-1-", "1-1-"),
+    ] {
         let text = unit.repeat(n / unit.len());
         let mut runs = vec![];
         for _ in 0..7 {
