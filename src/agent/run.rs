@@ -452,13 +452,13 @@ impl Call<'_> {
                 .fire(PreReasoningEvent {
                     meta: self.meta.clone(),
                     messages,
-                    options,
+                    options: Box::new(options),
                     tool_names: Arc::clone(&agent.tool_names),
                     iteration,
                 })
                 .await?;
             messages = e.messages;
-            options = e.options;
+            options = *e.options;
         }
         // Shared with the agent (one refcount), unless the delegation tool lists the
         // subagents known now.
@@ -571,12 +571,12 @@ impl Call<'_> {
                 .fire(PreSummaryEvent {
                     meta: self.meta.clone(),
                     messages,
-                    options,
+                    options: Box::new(options),
                     max_iters: agent.max_iters,
                 })
                 .await?;
             messages = e.messages;
-            options = e.options;
+            options = *e.options;
         }
         let request = ModelRequest {
             messages,
