@@ -14,6 +14,7 @@ use super::memory::Sessions;
 use super::{Agent, AgentInfo, AgentInner, StreamRelease};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::hook::{HookChain, HookRegistry, HookSite};
+use crate::message::Msg;
 use crate::tool::mcp_config::McpServerConfig;
 use crate::tool::policy::{
     Bound, DELEGATION_TOOL as SPAWN_TOOL, ToolsPolicy, check_allowlist, load_policy,
@@ -201,6 +202,7 @@ impl<S> AgentBuilder<S> {
                 toolkit,
                 tool_names,
                 chain,
+                system: system_message(c.sys_prompt.clone()),
                 sys_prompt: c.sys_prompt,
                 options: c.options,
                 max_iters: c.max_iters,
@@ -229,6 +231,13 @@ impl AgentBuilder {
         b.child = Some(binding);
         b
     }
+}
+
+/// The system message for `prompt`: none for no or a blank prompt.
+pub(super) fn system_message(prompt: Option<String>) -> Option<Arc<Msg>> {
+    prompt
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| Arc::new(Msg::system(p)))
 }
 
 /// The numeric settings `build()` refuses.

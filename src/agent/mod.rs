@@ -178,6 +178,9 @@ pub(crate) struct AgentInner {
     pub(crate) tool_schemas: Arc<[ToolSchema]>,
     pub(crate) chain: HookChain,
     pub(crate) sys_prompt: Option<String>,
+    /// The system message of a call whose prompt no hook changed, built once (`None`
+    /// for no or a blank prompt): a call shares it instead of building its own.
+    pub(crate) system: Option<Arc<Msg>>,
     pub(crate) options: GenerateOptions,
     pub(crate) max_iters: u32,
     pub(crate) max_gotos: u32,

@@ -329,17 +329,20 @@ impl Call<'_> {
         let agent = self.agent;
         // PreCall
         let mut input = input;
-        let mut system_prompt = agent.sys_prompt.clone();
+        // The agent's prebuilt system message, unless a hook changed the prompt.
+        self.system = agent.system.clone();
         if self.wants(EventKind::PreCall) {
             let e = self
                 .fire(PreCallEvent {
                     meta: self.meta.clone(),
                     messages: input,
-                    system_prompt,
+                    system_prompt: agent.sys_prompt.clone(),
                 })
                 .await?;
             input = e.messages;
-            system_prompt = e.system_prompt;
+            if e.system_prompt != agent.sys_prompt {
+                self.system = super::assemble::system_message(e.system_prompt);
+            }
         }
         if let Some(i) = input.iter().position(|m| m.role == Role::System) {
             return Err(Error::invalid_input(format!(
@@ -347,9 +350,6 @@ impl Call<'_> {
                  (AgentBuilder::sys_prompt or PreCallEvent::set_system_prompt)"
             )));
         }
-        self.system = system_prompt
-            .filter(|p| !p.trim().is_empty())
-            .map(|p| Arc::new(Msg::system(p)));
 
         let resume = self.admit_input(memory, input)?;
         if let Some(batch) = resume {
