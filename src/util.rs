@@ -85,10 +85,9 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
 pub(crate) fn ensure_tls_provider() {
     static INSTALLED: std::sync::Once = std::sync::Once::new();
     INSTALLED.call_once(|| {
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            // Err: another thread installed one meanwhile, which is as good.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
+        // Err: a provider is installed already (by the application or another
+        // thread), which is kept.
+        let _ = rustls::crypto::ring::default_provider().install_default();
     });
 }
 

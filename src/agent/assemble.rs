@@ -15,7 +15,6 @@ use super::{Agent, AgentInfo, AgentInner, StreamRelease};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::hook::{HookChain, HookRegistry, HookSite};
 use crate::message::Msg;
-use crate::tool::mcp_config::McpServerConfig;
 use crate::tool::policy::{
     Bound, DELEGATION_TOOL as SPAWN_TOOL, ToolsPolicy, check_allowlist, load_policy,
 };
@@ -29,11 +28,10 @@ impl<S> AgentBuilder<S> {
         preloaded: Option<Option<Arc<ToolsPolicy>>>,
         mcp_ready: bool,
     ) -> Result<Agent, BuildError> {
+        // Servers declared in code were connected by `build_async` (the only way to
+        // build an `AgentBuilder<McpPending>`): only a workspace's can be unconnected.
         let AgentBuilder {
-            config: c,
-            child,
-            mcp_servers,
-            ..
+            config: c, child, ..
         } = self;
         check_settings(&c)?;
         let Some(model) = c.model.clone() else {
@@ -60,8 +58,8 @@ impl<S> AgentBuilder<S> {
                     (None, Some(ws)) => load_policy(ws)?,
                     (None, None) => None,
                 };
-                if !mcp_ready {
-                    check_no_mcp(&mcp_servers, policy.as_deref())?;
+                if !mcp_ready && let Some(p) = policy.as_deref() {
+                    check_no_mcp(p)?;
                 }
                 let dir = c.workspace.as_ref().map(|ws| ws.join("subagents"));
                 let prepared = match &c.delegation {
@@ -264,17 +262,10 @@ fn check_settings(c: &AgentConfig) -> Result<(), BuildError> {
     Ok(())
 }
 
-/// Fails when MCP servers are declared but not connected (sync `build()` of a workspace
-/// whose `tools.json` declares servers, or no `mcp` feature): they are never silently
-/// ignored.
-fn check_no_mcp(
-    code: &[(String, McpServerConfig)],
-    policy: Option<&ToolsPolicy>,
-) -> Result<(), BuildError> {
-    let mut ids: Vec<&str> = code.iter().map(|(id, _)| id.as_str()).collect();
-    if let Some(p) = policy {
-        ids.extend(p.mcp_servers.keys().map(String::as_str));
-    }
+/// Fails when a workspace's `tools.json` declares MCP servers that are not connected
+/// (sync `build()`, or no `mcp` feature): they are never silently ignored.
+fn check_no_mcp(policy: &ToolsPolicy) -> Result<(), BuildError> {
+    let ids: Vec<&str> = policy.mcp_servers.keys().map(String::as_str).collect();
     if ids.is_empty() {
         return Ok(());
     }
