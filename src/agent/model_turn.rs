@@ -16,7 +16,9 @@ use crate::error::Error;
 use crate::hook::{EventKind, HookEvent, ReasoningChunkEvent, SummaryChunkEvent};
 use crate::message::{ContentBlock, Msg, Role};
 use crate::model::accumulate::{PartialCall, apply_chunk};
-use crate::model::{FinishReason, ModelChunk, ModelError, ModelErrorKind, ModelRequest, Usage};
+use crate::model::{
+    FinishReason, ModelChunk, ModelError, ModelErrorKind, ModelRequest, ModelStream, Usage,
+};
 use crate::util::panic_message;
 
 /// Moves the chunk and the accumulated message into the chunk event.
@@ -70,6 +72,18 @@ fn announce_call(sink: &Sink, calls: &[PartialCall], index: usize) {
     }
 }
 
+/// The error for a model that panicked while starting or polling its stream.
+fn model_panicked(phase: Phase, model: &str, payload: &(dyn std::any::Any + Send)) -> Error {
+    Error::model(
+        phase.as_str(),
+        model,
+        ModelError::new(
+            ModelErrorKind::Other,
+            format!("the model panicked: {}", panic_message(payload)),
+        ),
+    )
+}
+
 /// Which model step a stream belongs to.
 #[derive(Clone, Copy)]
 pub(super) enum Phase {
@@ -96,11 +110,15 @@ impl Phase {
 impl Call<'_> {
     /// One model call: streams chunks to chunk hooks and the caller, reassembles the
     /// assistant message.
-    pub(super) async fn stream_model(
+    ///
+    /// Not an `async fn`: the span is made here and the request moves straight into
+    /// the instrumented turn, so the request (with its options) is held once in the
+    /// call's state machine, not once per nesting level.
+    pub(super) fn stream_model(
         &mut self,
         request: ModelRequest,
         phase: Phase,
-    ) -> Result<Msg, Error> {
+    ) -> impl Future<Output = Result<Msg, Error>> {
         let agent = self.agent;
         let model_name = request
             .options
@@ -132,10 +150,29 @@ impl Call<'_> {
                 );
             }
         }
-        let result = self
-            .stream_model_in_span(request, phase)
-            .instrument(span.clone())
-            .await;
+        self.stream_model_in_span(request, phase, span.clone(), model_name)
+            .instrument(span)
+    }
+
+    /// The turn inside its `chat` span; records the span's outcome fields (and the
+    /// model-call metric) when it ends.
+    async fn stream_model_in_span(
+        &mut self,
+        request: ModelRequest,
+        phase: Phase,
+        span: tracing::Span,
+        model_name: String,
+    ) -> Result<Msg, Error> {
+        let agent = self.agent;
+        self.model_calls += 1;
+        self.last_usage = Usage::default();
+        // The request is consumed here, before the first await: the turn's state
+        // machine holds only the stream.
+        let result =
+            match std::panic::catch_unwind(AssertUnwindSafe(|| agent.model.stream(request))) {
+                Ok(stream) => self.turn(stream, phase).await,
+                Err(payload) => Err(model_panicked(phase, agent.model.name(), &*payload)),
+            };
         if let Ok((msg, finish)) = &result {
             // Formatted only for a span someone listens to (two allocations per turn).
             if let Some(reason) = finish
@@ -162,17 +199,18 @@ impl Call<'_> {
             self.last_usage.input_tokens,
             self.last_usage.output_tokens,
         );
+        #[cfg(not(feature = "metrics"))]
+        drop(model_name);
         result.map(|(msg, _)| msg)
     }
 
-    async fn stream_model_in_span(
+    /// Streams the model's reply and reassembles it.
+    async fn turn(
         &mut self,
-        request: ModelRequest,
+        mut stream: ModelStream,
         phase: Phase,
     ) -> Result<(Msg, Option<FinishReason>), Error> {
         let agent = self.agent;
-        self.model_calls += 1;
-        self.last_usage = Usage::default();
         let mut finish = None;
         let listen = self.wants(phase.chunk_kind());
         let mut msg = Msg::new(Role::Assistant, Vec::new()).with_name(agent.info.name.clone());
@@ -181,13 +219,8 @@ impl Call<'_> {
         let mut event: Option<HookEvent> = None;
         let model_err = |e| Error::model(phase.as_str(), agent.model.name(), e);
         let panicked = |payload: Box<dyn std::any::Any + Send>| {
-            model_err(ModelError::new(
-                ModelErrorKind::Other,
-                format!("the model panicked: {}", panic_message(&*payload)),
-            ))
+            model_panicked(phase, agent.model.name(), &*payload)
         };
-        let mut stream = std::panic::catch_unwind(AssertUnwindSafe(|| agent.model.stream(request)))
-            .map_err(panicked)?;
         loop {
             let next = AssertUnwindSafe(stream.next())
                 .catch_unwind()

@@ -179,7 +179,11 @@ impl AgentInner {
             format,
         };
         // Renews the lease while the call runs; a lost lease cancels it.
-        let result = super::lease::kept(memory.lease(), call.run(&mut memory, input)).await;
+        let lease = memory.lease();
+        let result = {
+            let work = std::pin::pin!(call.run(&mut memory, input));
+            super::lease::kept(lease, work).await
+        };
         let result = match result {
             Ok(outcome) => Ok(outcome),
             Err(err) => {
