@@ -8,6 +8,10 @@
 //! accessors (`is_denied`, `tool_use`, `goto_requested`, `final_message`, …) and the
 //! decision trail ([`decisions`]).
 //!
+//! The events a harness makes belong to one call (until the context or the agent is
+//! replaced): hooks that keep per-call state, such as a latency timer started at
+//! `PreActing` and read at `PostActing`, see it across them.
+//!
 //! ```
 //! use rein::testing::HookHarness;
 //! use rein::*;
@@ -58,6 +62,9 @@ pub struct HookHarness {
     agent: Arc<AgentInfo>,
     ctx: RunContext,
     mode: TrailMode,
+    /// The header of the one call every event belongs to (rebuilt when the hooks, the
+    /// context or the agent change).
+    call: EventMeta,
 }
 
 impl std::fmt::Debug for HookHarness {
@@ -93,6 +100,17 @@ impl HookHarness {
                 on: true,
                 reveal: true,
             },
+            call: EventMeta::new(
+                &Arc::new(AgentInfo {
+                    id: String::new(),
+                    name: String::new(),
+                    parent_id: None,
+                    depth: 0,
+                }),
+                &RunContext::new(),
+                Arc::from(Vec::new()),
+                TrailMode::default(),
+            ),
         };
         empty.and(hook)
     }
@@ -105,20 +123,31 @@ impl HookHarness {
     pub fn and<M>(mut self, hook: impl IntoHook<M>) -> Result<Self, BuildError> {
         self.registered.push(hook.into_registered().0);
         self.chain = HookChain::build(self.registered.iter().cloned(), None)?;
-        Ok(self)
+        Ok(self.new_call())
     }
 
     /// Sets the run context the events carry (ids, typed extensions).
     #[must_use]
     pub fn with_context(mut self, ctx: RunContext) -> Self {
         self.ctx = ctx;
-        self
+        self.new_call()
     }
 
     /// Sets the agent identity the events carry (e.g. a subagent: `parent_id`, `depth`).
     #[must_use]
     pub fn with_agent(mut self, agent: AgentInfo) -> Self {
         self.agent = Arc::new(agent);
+        self.new_call()
+    }
+
+    /// Starts the call the next events belong to.
+    fn new_call(mut self) -> Self {
+        self.call = EventMeta::new(
+            &self.agent,
+            &self.ctx,
+            Arc::clone(self.chain.labels()),
+            self.mode,
+        );
         self
     }
 
@@ -154,12 +183,7 @@ impl HookHarness {
     }
 
     fn meta(&self) -> EventMeta {
-        EventMeta::new(
-            &self.agent,
-            &self.ctx,
-            Arc::clone(self.chain.labels()),
-            self.mode,
-        )
+        self.call.clone()
     }
 
     /// A `PreCall` event with these input messages and no system prompt.

@@ -2,7 +2,7 @@
 //! holds one for the duration of a call ([`AgentBuilder::leased_session_store`]).
 
 use std::future::Future;
-use std::pin::{Pin, pin};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -458,7 +458,8 @@ where
     let Some(lease) = lease else {
         return work.await;
     };
-    let renewing = pin!(lease.renew_until_lost());
+    // Boxed: only leased calls pay for the renewal's state, not every call's future.
+    let renewing = Box::pin(lease.renew_until_lost());
     match select(work, renewing).await {
         Either::Left((result, _)) => result,
         Either::Right((lost, _)) => Err(Error::store(lost)),

@@ -160,7 +160,11 @@ impl AgentInner {
             .flatten();
         let mut memory = match self.open_memory(&key, resume.as_deref()).await {
             Ok(memory) => memory,
-            Err(e) => return Err(self.fail(Error::store(e), &ctx, mode, Vec::new()).await),
+            Err(e) => {
+                return Err(self
+                    .fail(Error::store(e), &ctx, mode, Vec::new(), None)
+                    .await);
+            }
         };
         // From here on the call changes the conversation: it is saved when the call
         // ends, whichever way (a dropped call hands the save to a task).
@@ -189,7 +193,9 @@ impl AgentInner {
             Err(err) => {
                 memory.repair(&format!("not executed: the call failed ({err})"));
                 let decisions = call.take_trail();
-                Err(self.fail(err, &ctx, mode, decisions).await)
+                Err(self
+                    .fail(err, &ctx, mode, decisions, Some(&call.meta))
+                    .await)
             }
         };
         memory.disarm();
@@ -200,7 +206,13 @@ impl AgentInner {
         if let Err(e) = saved {
             return match result {
                 Ok(outcome) => Err(self
-                    .fail(Error::store(e), &ctx, mode, outcome.decisions)
+                    .fail(
+                        Error::store(e),
+                        &ctx,
+                        mode,
+                        outcome.decisions,
+                        Some(&call.meta),
+                    )
                     .await),
                 Err(first) => {
                     tracing::error!(
@@ -219,19 +231,26 @@ impl AgentInner {
     }
 
     /// Fires the `Error` event (hook failures are logged, never change the error) and
-    /// returns the error.
+    /// returns the error. `call` is the failed call's event header, when the call got
+    /// that far: the event then shares the call's hook states (a latency timer ends as
+    /// an error, not as cancelled).
     async fn fail(
         &self,
         error: Error,
         ctx: &RunContext,
         mode: TrailMode,
         decisions: Vec<Decision>,
+        call: Option<&EventMeta>,
     ) -> Error {
         if !self.chain.wants(EventKind::Error) {
             return error;
         }
+        let meta = match call {
+            Some(meta) => meta.clone(),
+            None => EventMeta::new(&self.info, ctx, Arc::clone(self.chain.labels()), mode),
+        };
         let mut event = HookEvent::Error(ErrorEvent {
-            meta: EventMeta::new(&self.info, ctx, Arc::clone(self.chain.labels()), mode),
+            meta,
             error,
             decisions,
         });

@@ -83,15 +83,6 @@ impl Extensions {
         self.get_or_insert_marked(init, self.active.load(Ordering::Acquire))
     }
 
-    /// [`Extensions::get_or_insert_with`] for state that belongs to the run in progress
-    /// (hook state): it is never carried into another run's context.
-    pub(crate) fn get_or_insert_run_local<T: Send + Sync + 'static>(
-        &self,
-        init: impl FnOnce() -> T,
-    ) -> Arc<T> {
-        self.get_or_insert_marked(init, true)
-    }
-
     fn get_or_insert_marked<T: Send + Sync + 'static>(
         &self,
         init: impl FnOnce() -> T,

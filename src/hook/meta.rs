@@ -23,6 +23,23 @@ pub(crate) struct CallInfo {
     pub(crate) agent: Arc<AgentInfo>,
     pub(crate) ctx: RunContext,
     pub(crate) hooks: Arc<[HookLabel]>,
+    /// Per-call state of the hooks that pair events (latency timers, audit
+    /// durations, budgets), by hook instance: see `crate::hooks::state`. Dropped with
+    /// the call, so a finished or cancelled call leaves nothing behind.
+    pub(crate) states: CallStates,
+}
+
+/// The per-call hook states of one call: `(hook instance id, state)`. A call holds a
+/// handful (one per stateful hook), so a linear scan beats hashing.
+#[derive(Default)]
+pub(crate) struct CallStates(
+    pub(crate) std::sync::Mutex<Vec<(u64, Box<dyn std::any::Any + Send>)>>,
+);
+
+impl std::fmt::Debug for CallStates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallStates")
+    }
 }
 
 /// What every event carries: who is running, in which call, and which hook is being
@@ -67,6 +84,7 @@ impl EventMeta {
                 agent: Arc::clone(agent),
                 ctx: ctx.clone(),
                 hooks,
+                states: CallStates::default(),
             }),
             current: None,
             mode,

@@ -227,11 +227,8 @@ impl SelfCorrectionHook {
         let Some(keyword) = self.matcher.find(&text) else {
             return;
         };
-        let ctx = e.context().clone();
-        let ctx = &ctx;
-        let agent = e.agent().id.clone();
         let max = self.config.max_corrections;
-        let allowed = RunStates::with(ctx, self.id, &agent, CorrectionRun::default, |run| {
+        let allowed = RunStates::with(&e.meta, self.id, CorrectionRun::default, |run| {
             if run.used < max {
                 run.used += 1;
                 true
@@ -247,7 +244,7 @@ impl SelfCorrectionHook {
             tracing::warn!(
                 target: "rein::self_correction",
                 agent = %e.agent().name,
-                run_id = ctx.run_id(),
+                run_id = e.context().run_id(),
                 keyword,
                 max_corrections = max,
                 "payment promise let through: correction budget used up; reply flagged"
@@ -262,7 +259,7 @@ impl SelfCorrectionHook {
         tracing::warn!(
             target: "rein::self_correction",
             agent = %e.agent().name,
-            run_id = ctx.run_id(),
+            run_id = e.context().run_id(),
             keyword,
             "payment promise without a refund: reasoning again"
         );
@@ -314,14 +311,14 @@ impl SyncHook for SelfCorrectionHook {
             HookEvent::PreCall(e) => {
                 let fresh = CorrectionRun::default();
                 // The previous run's state (if any) is discarded.
-                let _ = RunStates::reset(e.context(), self.id, &e.agent().id, fresh);
+                let _ = RunStates::reset(&e.meta, self.id, fresh);
             }
             HookEvent::PostReasoning(e) => self.post_reasoning(e),
             HookEvent::PostCall(e) => {
-                let _ = RunStates::<CorrectionRun>::take(e.context(), self.id, &e.agent().id);
+                let _ = RunStates::<CorrectionRun>::take(&e.meta, self.id);
             }
             HookEvent::Error(e) => {
-                let _ = RunStates::<CorrectionRun>::take(e.context(), self.id, &e.agent().id);
+                let _ = RunStates::<CorrectionRun>::take(&e.meta, self.id);
             }
             _ => {}
         }

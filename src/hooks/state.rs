@@ -1,16 +1,21 @@
-//! Per-run hook state, kept in the run context's [`Extensions`](crate::Extensions).
+//! Per-call hook state, kept with the call's events.
 //!
 //! Hooks that pair events (latency timers, audit durations, correction budgets) keep
-//! their state here, keyed by (hook instance, agent id): a subagent sharing its parent's
-//! run context, or two instances of one hook type, never see each other's state. The
-//! state of a (hook, agent) pair is taken out on the terminal event (`PostCall` or
-//! `Error`), and the extension itself is removed once empty, so a finished run leaves
-//! nothing behind; a cancelled run's state is dropped with its context.
+//! their state here, keyed by hook instance, in a slot every event of one call shares
+//! (a subagent's call has its own): two instances of one hook type, or a parent and the
+//! child it delegates to, never see each other's state. The state is taken out on the
+//! terminal event (`PostCall` or `Error`); whatever is left (a cancelled call) is
+//! dropped with the call, so nothing outlives it. A lookup is one uncontended lock
+//! and a scan of a handful of entries: no hashing, no allocation, no reference counts
+//! (the run context's extensions, which this replaced, cost ~400 instructions an
+//! event).
 
+use std::any::Any;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{MutexGuard, PoisonError};
 
-use crate::agent::RunContext;
+use crate::hook::EventMeta;
 
 /// A process-unique id for one hook instance.
 pub(crate) fn next_instance_id() -> u64 {
@@ -18,144 +23,113 @@ pub(crate) fn next_instance_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-/// The states of one run: `(hook instance, agent id, state)`. A run holds a handful
-/// of pairs (one per stateful hook, times the agents sharing the context), so a
-/// linear scan beats hashing: no hash per event, no allocation per lookup.
-type ByHook<T> = Vec<(u64, Box<str>, T)>;
+type Slots = Vec<(u64, Box<dyn Any + Send>)>;
 
-fn position<T>(map: &ByHook<T>, hook: u64, agent: &str) -> Option<usize> {
-    map.iter().position(|(h, a, _)| *h == hook && **a == *agent)
+fn lock(meta: &EventMeta) -> MutexGuard<'_, Slots> {
+    meta.call
+        .states
+        .0
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
 }
 
-struct Slots<T> {
-    map: ByHook<T>,
-    /// Set when the extension was removed from its context: a late writer retries
-    /// with a fresh extension instead of writing into a detached one.
-    retired: bool,
-}
-
-/// The per-run states of type `T` of every (hook instance, agent) pair of one run.
-pub(crate) struct RunStates<T> {
-    slots: Mutex<Slots<T>>,
-}
+/// The per-call states of type `T`, by hook instance (a namespace for the functions
+/// below; a hook uses one state type).
+pub(crate) struct RunStates<T>(PhantomData<T>);
 
 impl<T: Send + 'static> RunStates<T> {
-    fn lock(&self) -> MutexGuard<'_, Slots<T>> {
-        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The state of `hook` in `slots`, if present and of type `T`.
+    fn find(slots: &mut Slots, hook: u64) -> Option<&mut T> {
+        slots
+            .iter_mut()
+            .find(|(h, _)| *h == hook)
+            .and_then(|(_, state)| state.downcast_mut::<T>())
     }
 
-    fn of(ctx: &RunContext) -> Arc<Self> {
-        ctx.extensions().get_or_insert_run_local(|| RunStates {
-            slots: Mutex::new(Slots {
-                map: Vec::new(),
-                retired: false,
-            }),
-        })
-    }
-
-    /// Runs `f` on the live slot map of the run, creating the extension if needed.
-    fn live<R>(ctx: &RunContext, f: impl FnOnce(&mut ByHook<T>) -> R) -> R {
-        loop {
-            let states = Self::of(ctx);
-            let mut slots = states.lock();
-            if slots.retired {
-                // Removed from the context by a concurrent `take`: the next `of` creates
-                // a fresh extension.
-                continue;
-            }
-            return f(&mut slots.map);
-        }
-    }
-
-    /// Runs `f` on the state of (`hook`, `agent`), creating it with `init` if absent.
+    /// Runs `f` on the state of `hook` in this call, creating it with `init` if absent.
     pub(crate) fn with<R>(
-        ctx: &RunContext,
+        meta: &EventMeta,
         hook: u64,
-        agent: &str,
         init: impl FnOnce() -> T,
         f: impl FnOnce(&mut T) -> R,
     ) -> R {
-        Self::live(ctx, |map| {
-            let i = match position(map, hook, agent) {
-                Some(i) => i,
-                None => {
-                    map.push((hook, agent.into(), init()));
-                    map.len() - 1
-                }
-            };
-            f(&mut map[i].2)
-        })
-    }
-
-    /// Runs `f` on the state of (`hook`, `agent`) if present.
-    pub(crate) fn update<R>(
-        ctx: &RunContext,
-        hook: u64,
-        agent: &str,
-        f: impl FnOnce(&mut T) -> R,
-    ) -> Option<R> {
-        loop {
-            let states = ctx.extensions().get::<Self>()?;
-            let mut slots = states.lock();
-            if slots.retired {
-                continue;
-            }
-            let i = position(&slots.map, hook, agent)?;
-            return Some(f(&mut slots.map[i].2));
+        let mut slots = lock(meta);
+        if let Some(state) = Self::find(&mut slots, hook) {
+            return f(state);
         }
+        let mut state = init();
+        let result = f(&mut state);
+        slots.push((hook, Box::new(state)));
+        result
     }
 
-    /// Replaces the state of (`hook`, `agent`), returning the previous one.
-    pub(crate) fn reset(ctx: &RunContext, hook: u64, agent: &str, value: T) -> Option<T> {
-        Self::live(ctx, |map| match position(map, hook, agent) {
-            Some(i) => Some(std::mem::replace(&mut map[i].2, value)),
+    /// Runs `f` on the state of `hook` in this call, if present.
+    pub(crate) fn update<R>(meta: &EventMeta, hook: u64, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        Self::find(&mut lock(meta), hook).map(f)
+    }
+
+    /// Replaces the state of `hook` in this call, returning the previous one (drop it
+    /// after this returns: the lock is released by then).
+    pub(crate) fn reset(meta: &EventMeta, hook: u64, value: T) -> Option<T> {
+        let mut slots = lock(meta);
+        match Self::find(&mut slots, hook) {
+            Some(state) => Some(std::mem::replace(state, value)),
             None => {
-                map.push((hook, agent.into(), value));
+                slots.push((hook, Box::new(value)));
                 None
             }
-        })
+        }
     }
 
-    /// Takes the state of (`hook`, `agent`) out; removes the extension once empty.
-    pub(crate) fn take(ctx: &RunContext, hook: u64, agent: &str) -> Option<T> {
-        loop {
-            let states = ctx.extensions().get::<Self>()?;
-            let mut slots = states.lock();
-            if slots.retired {
-                continue;
-            }
-            let taken = position(&slots.map, hook, agent).map(|i| slots.map.swap_remove(i).2);
-            if slots.map.is_empty() {
-                slots.retired = true;
-                // Lock order: slots, then the extension map (writers never hold both).
-                ctx.extensions().remove::<Self>();
-            }
-            return taken;
-        }
+    /// Takes the state of `hook` out of this call.
+    pub(crate) fn take(meta: &EventMeta, hook: u64) -> Option<T> {
+        let mut slots = lock(meta);
+        let i = slots
+            .iter()
+            .position(|(h, state)| *h == hook && state.is::<T>())?;
+        let (_, state) = slots.swap_remove(i);
+        drop(slots);
+        state.downcast::<T>().ok().map(|b| *b)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::agent::{AgentInfo, RunContext};
+    use crate::hook::TrailMode;
+
+    fn meta() -> EventMeta {
+        EventMeta::new(
+            &Arc::new(AgentInfo {
+                id: "a".to_owned(),
+                name: "a".to_owned(),
+                parent_id: None,
+                depth: 0,
+            }),
+            &RunContext::new(),
+            Arc::from(Vec::new()),
+            TrailMode::default(),
+        )
+    }
 
     #[test]
-    fn state_is_kept_per_hook_and_agent_and_the_extension_goes_when_empty() {
-        let ctx = RunContext::new();
-        RunStates::with(&ctx, 1, "a", || 10u32, |v| *v += 1);
-        RunStates::with(&ctx, 2, "a", || 20u32, |_| ());
-        RunStates::with(&ctx, 1, "b", || 30u32, |_| ());
-        assert_eq!(RunStates::<u32>::update(&ctx, 1, "a", |v| *v), Some(11));
-        assert_eq!(RunStates::<u32>::update(&ctx, 1, "c", |v| *v), None);
-        assert_eq!(RunStates::reset(&ctx, 2, "a", 21u32), Some(20));
-        assert_eq!(RunStates::<u32>::take(&ctx, 1, "a"), Some(11));
-        assert_eq!(RunStates::<u32>::take(&ctx, 1, "b"), Some(30));
-        assert_eq!(ctx.extensions().len(), 1);
-        assert_eq!(RunStates::<u32>::take(&ctx, 2, "a"), Some(21));
-        assert!(ctx.extensions().is_empty());
-        assert_eq!(RunStates::<u32>::take(&ctx, 2, "a"), None);
-        // A later writer gets a fresh extension.
-        RunStates::with(&ctx, 3, "a", || 1u32, |_| ());
-        assert_eq!(RunStates::<u32>::take(&ctx, 3, "a"), Some(1));
+    fn state_is_kept_per_hook_for_one_call_and_shared_by_its_events() {
+        let call = meta();
+        let event = call.clone();
+        RunStates::with(&call, 1, || 10u32, |v| *v += 1);
+        RunStates::with(&event, 2, || 20u32, |_| ());
+        assert_eq!(RunStates::<u32>::update(&event, 1, |v| *v), Some(11));
+        assert_eq!(RunStates::<u32>::update(&call, 3, |v| *v), None);
+        assert_eq!(RunStates::reset(&call, 2, 21u32), Some(20));
+        assert_eq!(RunStates::<u32>::take(&event, 1), Some(11));
+        assert_eq!(RunStates::<u32>::take(&event, 1), None);
+        // Another call (a subagent's, or the next one) has its own states.
+        let other = meta();
+        assert_eq!(RunStates::<u32>::update(&other, 2, |v| *v), None);
+        assert_eq!(RunStates::<u32>::take(&call, 2), Some(21));
+        assert!(call.call.states.0.lock().unwrap().is_empty());
     }
 }

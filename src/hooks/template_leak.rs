@@ -153,10 +153,8 @@ impl SyncHook for TemplateLeakHook {
                 let Some(marker) = self.find_marker(&e.message().text()) else {
                     return Ok(());
                 };
-                let ctx = e.context().clone();
-                let agent = e.agent().id.clone();
                 let max = self.config.max_redos;
-                let allowed = RunStates::with(&ctx, self.id, &agent, Budget::default, |b| {
+                let allowed = RunStates::with(&e.meta, self.id, Budget::default, |b| {
                     if b.used < max {
                         b.used += 1;
                         true
@@ -180,12 +178,10 @@ impl SyncHook for TemplateLeakHook {
                 }
             }
             HookEvent::PostCall(e) => {
-                let agent = e.agent().id.clone();
-                RunStates::<Budget>::take(e.context(), self.id, &agent);
+                RunStates::<Budget>::take(&e.meta, self.id);
             }
             HookEvent::Error(e) => {
-                let agent = e.agent().id.clone();
-                RunStates::<Budget>::take(e.context(), self.id, &agent);
+                RunStates::<Budget>::take(&e.meta, self.id);
             }
             _ => {}
         }

@@ -328,12 +328,7 @@ impl AuditHook {
         let ts = || self.clock.ms_at(event.timestamp());
         match event {
             HookEvent::PreCall(_) => {
-                drop(RunStates::reset(
-                    ctx,
-                    self.id,
-                    &agent.id,
-                    AuditRun::default(),
-                ));
+                drop(RunStates::reset(event.meta(), self.id, AuditRun::default()));
                 None
             }
             HookEvent::PreActing(e) => {
@@ -346,7 +341,7 @@ impl AuditHook {
                 } else {
                     Vec::new()
                 };
-                RunStates::with(ctx, self.id, &agent.id, AuditRun::default, |run| {
+                RunStates::with(event.meta(), self.id, AuditRun::default, |run| {
                     // The hook runs again when a later hook rewrote the call: one entry
                     // per call, the first start kept.
                     match denial {
@@ -375,7 +370,7 @@ impl AuditHook {
             HookEvent::PostActing(e) => {
                 let tu = e.tool_use();
                 let (started, denial, rewrite) =
-                    RunStates::<AuditRun>::update(ctx, self.id, &agent.id, |run| {
+                    RunStates::<AuditRun>::update(event.meta(), self.id, |run| {
                         (
                             take_by_id(&mut run.started, &tu.id),
                             take_by_id(&mut run.denials, &tu.id),
@@ -441,7 +436,7 @@ impl AuditHook {
                 Some(r)
             }
             HookEvent::PostCall(e) => {
-                drop(RunStates::<AuditRun>::take(ctx, self.id, &agent.id));
+                drop(RunStates::<AuditRun>::take(event.meta(), self.id));
                 let mut r = AuditRecord::new(AuditKind::FinalAnswer, ts(), agent, ctx);
                 r.answer = Some(self.answer(&e.final_message().text()));
                 r.stop_reason = Some(stop_reason(e.reason()).to_owned());
@@ -449,7 +444,7 @@ impl AuditHook {
                 Some(r)
             }
             HookEvent::Error(e) => {
-                drop(RunStates::<AuditRun>::take(ctx, self.id, &agent.id));
+                drop(RunStates::<AuditRun>::take(event.meta(), self.id));
                 let mut r = AuditRecord::new(AuditKind::Error, ts(), agent, ctx);
                 r.error = Some(self.mask_text(&e.error().to_string()));
                 r.error_kind = Some(format!("{:?}", e.error().kind()));

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::state::{RunStates, next_instance_id};
-use crate::hook::{EventKind, FailurePolicy, HookError, HookEvent, Interest, SyncHook};
+use crate::hook::{EventKind, EventMeta, FailurePolicy, HookError, HookEvent, Interest, SyncHook};
 use crate::model::ModelChunk;
 use series::{AgentSlot, Recorder};
 pub use series::{LatencyAgent, LatencySeries, LatencySnapshot};
@@ -330,8 +330,8 @@ impl LatencyHook {
         self.recorder.reset();
     }
 
-    fn open(&self, ctx: &crate::RunContext, agent: &str, f: impl FnOnce(&mut RunTimers)) {
-        RunStates::<RunTimers>::update(ctx, self.id, agent, f);
+    fn open(&self, meta: &EventMeta, f: impl FnOnce(&mut RunTimers)) {
+        RunStates::<RunTimers>::update(meta, self.id, f);
     }
 }
 
@@ -373,9 +373,8 @@ impl SyncHook for LatencyHook {
         // The event's shared timestamp: one clock read per event, however many hooks
         // look at it, and none for chunks after the first token.
         let event: &HookEvent = event;
-        let ctx = event.context();
+        let meta = event.meta();
         let info = event.agent();
-        let agent = info.id.as_str();
         let r = &self.recorder;
         match event {
             HookEvent::PreCall(e) => {
@@ -384,7 +383,7 @@ impl SyncHook for LatencyHook {
                 let timers = RunTimers::new(r, r.slot(&info.name, info.depth), e.timestamp());
                 // A context reused for a new call: the old state (if any) is dropped
                 // outside the lock and records its open segments as cancelled.
-                let _old = RunStates::reset(ctx, self.id, agent, timers);
+                let _old = RunStates::reset(meta, self.id, timers);
             }
             HookEvent::ReasoningChunk(e) => {
                 let counts = match (self.config.ttft, e.chunk()) {
@@ -398,7 +397,7 @@ impl SyncHook for LatencyHook {
                     _ => false,
                 };
                 if counts {
-                    self.open(ctx, agent, |t| {
+                    self.open(meta, |t| {
                         if !t.ttft_done {
                             t.ttft_done = true;
                             if let Some(start) = t.call {
@@ -410,16 +409,16 @@ impl SyncHook for LatencyHook {
                 }
             }
             HookEvent::PreReasoning(e) => {
-                self.open(ctx, agent, |t| t.reasoning = Some(e.timestamp()));
+                self.open(meta, |t| t.reasoning = Some(e.timestamp()));
             }
-            HookEvent::PostReasoning(e) => self.open(ctx, agent, |t| {
+            HookEvent::PostReasoning(e) => self.open(meta, |t| {
                 if let Some(start) = t.reasoning.take() {
                     let elapsed = e.timestamp() - start;
                     r.record(&t.agent, Segment::Reasoning, None, Outcome::Ok, elapsed);
                 }
             }),
-            HookEvent::PreSummary(e) => self.open(ctx, agent, |t| t.summary = Some(e.timestamp())),
-            HookEvent::PostSummary(e) => self.open(ctx, agent, |t| {
+            HookEvent::PreSummary(e) => self.open(meta, |t| t.summary = Some(e.timestamp())),
+            HookEvent::PostSummary(e) => self.open(meta, |t| {
                 if let Some(start) = t.summary.take() {
                     let elapsed = e.timestamp() - start;
                     r.record(&t.agent, Segment::Summary, None, Outcome::Ok, elapsed);
@@ -427,7 +426,7 @@ impl SyncHook for LatencyHook {
             }),
             HookEvent::PreActing(e) => {
                 let tool_use = e.tool_use();
-                self.open(ctx, agent, |t| {
+                self.open(meta, |t| {
                     let now = e.timestamp();
                     if tool_use.id.is_empty() {
                         t.anonymous.push_back((now, tool_use.name.clone()));
@@ -446,7 +445,7 @@ impl SyncHook for LatencyHook {
                     Outcome::Ok
                 };
                 let id = e.tool_use().id.as_str();
-                self.open(ctx, agent, |t| {
+                self.open(meta, |t| {
                     let started = if id.is_empty() {
                         t.anonymous.pop_front()
                     } else {
@@ -462,7 +461,7 @@ impl SyncHook for LatencyHook {
                 });
             }
             HookEvent::PostCall(e) => {
-                if let Some(mut t) = RunStates::<RunTimers>::take(ctx, self.id, agent) {
+                if let Some(mut t) = RunStates::<RunTimers>::take(meta, self.id) {
                     // Segments still open after a stop are not call failures.
                     t.reasoning = None;
                     t.summary = None;
@@ -472,7 +471,7 @@ impl SyncHook for LatencyHook {
                 }
             }
             HookEvent::Error(e) => {
-                if let Some(mut t) = RunStates::<RunTimers>::take(ctx, self.id, agent) {
+                if let Some(mut t) = RunStates::<RunTimers>::take(meta, self.id) {
                     t.close_all(Outcome::Error, e.timestamp());
                 }
             }
