@@ -285,10 +285,13 @@ fn sessions_child(n: usize) {
 /// Child mode: the throughput run; prints `calls_per_s p99_us`.
 fn throughput_child(mode: &str, calls: usize) {
     let rt = two_worker_runtime();
-    let agent = if mode == "production" {
-        w1_production_agent()
-    } else {
-        w1_agent(0)
+    let agent = match mode {
+        "production" => w1_production_agent(),
+        // One production hook alone, to attribute the set's throughput and p99.
+        "latency" | "masking" | "audit" | "tool_guard" | "dynamic_options" => {
+            w1_single_hook_agent(mode)
+        }
+        _ => w1_agent(0),
     };
     let sessions = 10_000.min(calls);
     let (wall, lat) = rt.block_on(throughput(&agent, calls, sessions, 64));
