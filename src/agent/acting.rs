@@ -233,13 +233,12 @@ impl Call<'_> {
             return Some((self.unknown_tool(name), "unknown_tool"));
         };
         match entry.prepare(&tool_use.input) {
-            Ok(args) => {
+            Ok(None) => None,
+            Ok(Some(pruned)) => {
                 // What runs is what hooks and memory see (explicit nulls of optional
                 // properties pruned).
-                if args != tool_use.input {
-                    tool_use.input = args;
-                    memory.update_tool_use(tool_use);
-                }
+                tool_use.input = pruned;
+                memory.update_tool_use(tool_use);
                 None
             }
             Err(msg) => Some((
@@ -581,7 +580,7 @@ impl Call<'_> {
             input.clone()
         } else {
             match entry.prepare(input) {
-                Ok(args) => args,
+                Ok(pruned) => pruned.unwrap_or_else(|| input.clone()),
                 Err(msg) => {
                     let text = self.invalid_arguments(&entry.schema, &msg);
                     return (ToolResult::error(id, name, text), "invalid_arguments");

@@ -111,26 +111,29 @@ impl Call<'_> {
     /// One model call: streams chunks to chunk hooks and the caller, reassembles the
     /// assistant message.
     ///
-    /// Not an `async fn`: the span is made here and the request moves straight into
-    /// the instrumented turn, so the request (with its options) is held once in the
-    /// call's state machine, not once per nesting level.
+    /// Not an `async fn`: the span is made and the model's stream started here (inside
+    /// the span), so no state machine of the call holds the request (with its options)
+    /// while the turn streams.
     pub(super) fn stream_model(
         &mut self,
         request: ModelRequest,
         phase: Phase,
     ) -> impl Future<Output = Result<Msg, Error>> {
         let agent = self.agent;
-        let model_name = request
+        // Borrowed: formatted only into a span someone listens to.
+        let model_name: &str = request
             .options
             .model
-            .clone()
-            .unwrap_or_else(|| agent.model.name().to_owned());
+            .as_deref()
+            .unwrap_or_else(|| agent.model.name());
+        // Owned only for the model-call metric.
+        let metric_model = cfg!(feature = "metrics").then(|| model_name.to_owned());
         let span = tracing::info_span!(
             "chat",
             otel.name = Empty,
             gen_ai.operation.name = "chat",
             gen_ai.provider.name = agent.model.provider(),
-            gen_ai.request.model = %model_name,
+            gen_ai.request.model = model_name,
             gen_ai.request.temperature = request.options.temperature,
             gen_ai.request.top_p = request.options.top_p,
             gen_ai.request.max_tokens = request.options.max_tokens,
@@ -150,7 +153,12 @@ impl Call<'_> {
                 );
             }
         }
-        self.stream_model_in_span(request, phase, span.clone(), model_name)
+        self.model_calls += 1;
+        self.last_usage = Usage::default();
+        let started = span
+            .in_scope(|| std::panic::catch_unwind(AssertUnwindSafe(|| agent.model.stream(request))))
+            .map_err(|payload| model_panicked(phase, agent.model.name(), &*payload));
+        self.stream_model_in_span(started, phase, span.clone(), metric_model)
             .instrument(span)
     }
 
@@ -158,21 +166,16 @@ impl Call<'_> {
     /// model-call metric) when it ends.
     async fn stream_model_in_span(
         &mut self,
-        request: ModelRequest,
+        started: Result<ModelStream, Error>,
         phase: Phase,
         span: tracing::Span,
-        model_name: String,
+        metric_model: Option<String>,
     ) -> Result<Msg, Error> {
         let agent = self.agent;
-        self.model_calls += 1;
-        self.last_usage = Usage::default();
-        // The request is consumed here, before the first await: the turn's state
-        // machine holds only the stream.
-        let result =
-            match std::panic::catch_unwind(AssertUnwindSafe(|| agent.model.stream(request))) {
-                Ok(stream) => self.turn(stream, phase).await,
-                Err(payload) => Err(model_panicked(phase, agent.model.name(), &*payload)),
-            };
+        let result = match started {
+            Ok(stream) => self.turn(stream, phase).await,
+            Err(e) => Err(e),
+        };
         if let Ok((msg, finish)) = &result {
             // Formatted only for a span someone listens to (two allocations per turn).
             if let Some(reason) = finish
@@ -193,14 +196,16 @@ impl Call<'_> {
             }
         }
         #[cfg(feature = "metrics")]
-        crate::observe::metrics_impl::model_call(
-            &agent.info.name,
-            &model_name,
-            self.last_usage.input_tokens,
-            self.last_usage.output_tokens,
-        );
+        if let Some(model) = &metric_model {
+            crate::observe::metrics_impl::model_call(
+                &agent.info.name,
+                model,
+                self.last_usage.input_tokens,
+                self.last_usage.output_tokens,
+            );
+        }
         #[cfg(not(feature = "metrics"))]
-        drop(model_name);
+        drop(metric_model);
         result.map(|(msg, _)| msg)
     }
 

@@ -1,6 +1,7 @@
 //! Identity and per-call context.
 
 use std::any::{Any, TypeId};
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -35,9 +36,15 @@ pub struct AgentInfo {
 /// [`RunContext`]).
 #[derive(Clone, Default)]
 pub struct Extensions {
-    map: Arc<Mutex<Slots>>,
+    inner: Arc<Storage>,
+}
+
+/// The values and the run flag, behind one allocation.
+#[derive(Default)]
+struct Storage {
+    map: Mutex<Slots>,
     /// Set while a call runs in the context these extensions belong to.
-    active: Arc<AtomicBool>,
+    active: AtomicBool,
 }
 
 /// `(type, value, run-local)`: run-local values (stored while a call ran, hook state)
@@ -46,7 +53,10 @@ type Slots = Vec<(TypeId, Arc<dyn Any + Send + Sync>, bool)>;
 
 impl Extensions {
     fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
-        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .map
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn find(slots: &Slots, id: TypeId) -> Option<usize> {
@@ -57,7 +67,7 @@ impl Extensions {
     pub fn insert<T: Send + Sync + 'static>(&self, value: T) -> Option<Arc<T>> {
         let id = TypeId::of::<T>();
         let new: Arc<dyn Any + Send + Sync> = Arc::new(value);
-        let run_local = self.active.load(Ordering::Acquire);
+        let run_local = self.inner.active.load(Ordering::Acquire);
         let mut slots = self.lock();
         match Self::find(&slots, id) {
             Some(i) => std::mem::replace(&mut slots[i], (id, new, run_local))
@@ -80,7 +90,7 @@ impl Extensions {
 
     /// The value of type `T`, inserting `init()` first if absent.
     pub fn get_or_insert_with<T: Send + Sync + 'static>(&self, init: impl FnOnce() -> T) -> Arc<T> {
-        self.get_or_insert_marked(init, self.active.load(Ordering::Acquire))
+        self.get_or_insert_marked(init, self.inner.active.load(Ordering::Acquire))
     }
 
     fn get_or_insert_marked<T: Send + Sync + 'static>(
@@ -114,8 +124,10 @@ impl Extensions {
             .cloned()
             .collect();
         Self {
-            map: Arc::new(Mutex::new(slots)),
-            active: Arc::new(AtomicBool::new(false)),
+            inner: Arc::new(Storage {
+                map: Mutex::new(slots),
+                active: AtomicBool::new(false),
+            }),
         }
     }
 
@@ -148,7 +160,8 @@ impl fmt::Debug for Extensions {
 #[derive(Clone, Debug)]
 struct Ids {
     run_id: String,
-    session_id: String,
+    /// Borrowed for the default session: no allocation per context.
+    session_id: Cow<'static, str>,
     user_id: Option<String>,
 }
 
@@ -183,12 +196,12 @@ pub struct RunContext {
 /// Marks a run as in progress for the duration of one call; clears it on drop.
 #[derive(Debug)]
 pub(crate) struct ActiveRun {
-    flag: Arc<AtomicBool>,
+    run: Extensions,
 }
 
 impl Drop for ActiveRun {
     fn drop(&mut self) {
-        self.flag.store(false, Ordering::Release);
+        self.run.inner.active.store(false, Ordering::Release);
     }
 }
 
@@ -204,7 +217,7 @@ impl RunContext {
         Self {
             ids: Arc::new(Ids {
                 run_id: new_id("run"),
-                session_id: "default".to_owned(),
+                session_id: Cow::Borrowed("default"),
                 user_id: None,
             }),
             extensions: Extensions::default(),
@@ -217,12 +230,13 @@ impl RunContext {
     pub(crate) fn begin_run(self) -> (RunContext, ActiveRun) {
         if self
             .extensions
+            .inner
             .active
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
-            let flag = Arc::clone(&self.extensions.active);
-            return (self, ActiveRun { flag });
+            let run = self.extensions.clone();
+            return (self, ActiveRun { run });
         }
         let derived = RunContext {
             ids: Arc::new(Ids {
@@ -233,14 +247,18 @@ impl RunContext {
             extensions: self.extensions.snapshot(),
             decisions: self.decisions.clone(),
         };
-        derived.extensions.active.store(true, Ordering::Release);
+        derived
+            .extensions
+            .inner
+            .active
+            .store(true, Ordering::Release);
         tracing::debug!(
             run_id = %self.ids.run_id,
             derived = %derived.ids.run_id,
             "run context already in use by a running call; this call runs in a fresh run"
         );
-        let flag = Arc::clone(&derived.extensions.active);
-        (derived, ActiveRun { flag })
+        let run = derived.extensions.clone();
+        (derived, ActiveRun { run })
     }
 
     /// The context of a subagent call made during this run: a fresh run on
@@ -251,7 +269,7 @@ impl RunContext {
         RunContext {
             ids: Arc::new(Ids {
                 run_id: new_id("run"),
-                session_id: session.to_owned(),
+                session_id: Cow::Owned(session.to_owned()),
                 user_id: self.ids.user_id.clone(),
             }),
             extensions: self.extensions.snapshot(),
@@ -277,7 +295,7 @@ impl RunContext {
     /// Sets the session id.
     #[must_use]
     pub fn with_session_id(mut self, s: impl Into<String>) -> Self {
-        self.ids_mut().session_id = s.into();
+        self.ids_mut().session_id = Cow::Owned(s.into());
         self
     }
 

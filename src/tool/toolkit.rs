@@ -113,25 +113,32 @@ impl ToolEntry {
     /// Arguments must be a JSON object (anything else is refused: the agent decodes
     /// double-encoded arguments once, at admission, so hooks and the tool see the same
     /// value). Explicit `null`s for optional top-level properties are dropped before
-    /// validation.
-    pub(crate) fn prepare(&self, input: &Value) -> Result<Value, String> {
+    /// validation. `Ok(None)`: the arguments are valid as they are (nothing copied);
+    /// `Ok(Some(pruned))`: valid once those nulls are dropped.
+    pub(crate) fn prepare(&self, input: &Value) -> Result<Option<Value>, String> {
         // Arguments are normalised once, before any hook sees them (the agent decodes
         // double-encoded strings at admission); here a string is what a hook or the
         // model left, and decoding it would run a call no hook saw.
-        let mut value = match input {
-            Value::Object(_) => input.clone(),
-            other => return Err(format!("expected a JSON object, got {}", json_type(other))),
+        let Value::Object(map) = input else {
+            return Err(format!("expected a JSON object, got {}", json_type(input)));
         };
-        if let Value::Object(map) = &mut value {
-            for key in &self.optional {
-                if map.get(key).is_some_and(Value::is_null) {
-                    map.remove(key);
-                }
-            }
-        }
-        let errors = schema_violations(&self.validator, &value, usize::MAX);
+        // Copied only when an explicit null of an optional property must go.
+        let pruned = self
+            .optional
+            .iter()
+            .any(|key| map.get(key).is_some_and(Value::is_null))
+            .then(|| {
+                let mut map = map.clone();
+                map.retain(|key, value| !(value.is_null() && self.optional.contains(key)));
+                Value::Object(map)
+            });
+        let errors = schema_violations(
+            &self.validator,
+            pruned.as_ref().unwrap_or(input),
+            usize::MAX,
+        );
         if errors.is_empty() {
-            Ok(value)
+            Ok(pruned)
         } else {
             Err(errors.join("; "))
         }

@@ -471,6 +471,30 @@ pub(crate) fn mask_json(masker: &SensitiveDataMasker, value: &Value) -> Value {
     masked_json(masker, value).unwrap_or_else(|| value.clone())
 }
 
+/// A JSON number's text, formatted without allocating (`Err` past 32 bytes: an
+/// arbitrary-precision number is then formatted into a `String`).
+#[derive(Default)]
+struct NumberText {
+    buf: [u8; 32],
+    len: usize,
+}
+
+impl NumberText {
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Write for NumberText {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        let slot = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
+        slot.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
 /// `Some(masked copy)` when something in `value` is sensitive; `None` (nothing
 /// allocated) when nothing is.
 fn masked_json(masker: &SensitiveDataMasker, value: &Value) -> Option<Value> {
@@ -479,10 +503,21 @@ fn masked_json(masker: &SensitiveDataMasker, value: &Value) -> Option<Value> {
             Cow::Owned(m) => Some(Value::String(m)),
             Cow::Borrowed(_) => None,
         },
-        Value::Number(n) => match masker.mask(&n.to_string()) {
-            Cow::Owned(m) => Some(Value::String(m)),
-            Cow::Borrowed(_) => None,
-        },
+        Value::Number(n) => {
+            // Formatted on the stack: a number is masked far less often than read.
+            let mut buf = NumberText::default();
+            let owned;
+            let text = if std::fmt::Write::write_fmt(&mut buf, format_args!("{n}")).is_ok() {
+                buf.as_str()
+            } else {
+                owned = n.to_string();
+                owned.as_str()
+            };
+            match masker.mask(text) {
+                Cow::Owned(m) => Some(Value::String(m)),
+                Cow::Borrowed(_) => None,
+            }
+        }
         Value::Array(items) => {
             let (first, masked) = items
                 .iter()
