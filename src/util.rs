@@ -37,13 +37,16 @@ pub(crate) fn new_id(prefix: &str) -> String {
 /// call's instructions (callgrind).
 fn hex_id(prefix: &str, v: u64) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut id = String::with_capacity(prefix.len() + 17);
-    id.push_str(prefix);
-    id.push('_');
-    for shift in (0..16).rev() {
-        id.push(char::from(HEX[((v >> (shift * 4)) & 0xF) as usize]));
+    let mut digits = [0u8; 16];
+    for (i, d) in digits.iter_mut().enumerate() {
+        *d = HEX[((v >> (60 - 4 * i)) & 0xF) as usize];
     }
-    id
+    let mut id = Vec::with_capacity(prefix.len() + 17);
+    id.extend_from_slice(prefix.as_bytes());
+    id.push(b'_');
+    id.extend_from_slice(&digits);
+    // Always valid UTF-8 (a `str` prefix, then ASCII); the check is over 20-odd bytes.
+    String::from_utf8(id).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// SplitMix64 finaliser: a bijection, so distinct inputs give distinct ids.
