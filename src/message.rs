@@ -190,6 +190,20 @@ impl Msg {
         out
     }
 
+    /// [`Msg::text`] without a copy when the message has at most one text block (the
+    /// common case): the hooks that only read the text use it.
+    pub(crate) fn text_cow(&self) -> std::borrow::Cow<'_, str> {
+        let mut texts = self.content.iter().filter_map(|b| match b {
+            ContentBlock::Text(t) => Some(t.as_str()),
+            _ => None,
+        });
+        match (texts.next(), texts.next()) {
+            (None, _) => std::borrow::Cow::Borrowed(""),
+            (Some(only), None) => std::borrow::Cow::Borrowed(only),
+            _ => std::borrow::Cow::Owned(self.text()),
+        }
+    }
+
     /// `true` if some text block has non-whitespace content.
     pub fn has_visible_text(&self) -> bool {
         self.content
@@ -242,5 +256,27 @@ impl Msg {
         self.metadata
             .insert("rein.synthetic".to_owned(), Value::Bool(true));
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_cow_borrows_a_single_text_block_and_joins_several_like_text() {
+        let one = Msg::assistant("only");
+        assert!(matches!(one.text_cow(), std::borrow::Cow::Borrowed("only")));
+        let none = Msg::new(Role::Assistant, Vec::new());
+        assert_eq!(none.text_cow(), "");
+        let two = Msg::new(
+            Role::Assistant,
+            vec![
+                ContentBlock::Text("a".into()),
+                ContentBlock::Text("b".into()),
+            ],
+        );
+        assert!(matches!(two.text_cow(), std::borrow::Cow::Owned(_)));
+        assert_eq!(two.text_cow(), two.text());
     }
 }

@@ -130,7 +130,7 @@ impl DynamicOptionsHook {
         I::IntoIter: DoubleEndedIterator,
     {
         let last = messages.into_iter().rev().find(|m| is_user_input(m))?;
-        self.matcher.find(&last.text())
+        self.matcher.find(&last.text_cow())
     }
 }
 

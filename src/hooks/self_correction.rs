@@ -223,7 +223,7 @@ impl SelfCorrectionHook {
         {
             return;
         }
-        let text = msg.text();
+        let text = msg.text_cow();
         let Some(keyword) = self.matcher.find(&text) else {
             return;
         };

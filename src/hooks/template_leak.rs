@@ -150,7 +150,7 @@ impl SyncHook for TemplateLeakHook {
                 if e.goto_requested().is_some() || e.is_stop_requested() {
                     return Ok(());
                 }
-                let Some(marker) = self.find_marker(&e.message().text()) else {
+                let Some(marker) = self.find_marker(&e.message().text_cow()) else {
                     return Ok(());
                 };
                 let max = self.config.max_redos;

@@ -431,14 +431,14 @@ impl AuditHook {
                 if !hint.is_empty() {
                     r.reason = Some(self.mask_text(&hint.join("\n")));
                 }
-                r.answer = Some(self.answer(&e.message().text()));
+                r.answer = Some(self.answer(&e.message().text_cow()));
                 r.flags = msg_flags(e.message());
                 Some(r)
             }
             HookEvent::PostCall(e) => {
                 drop(RunStates::<AuditRun>::take(event.meta(), self.id));
                 let mut r = AuditRecord::new(AuditKind::FinalAnswer, ts(), agent, ctx);
-                r.answer = Some(self.answer(&e.final_message().text()));
+                r.answer = Some(self.answer(&e.final_message().text_cow()));
                 r.stop_reason = Some(stop_reason(e.reason()).to_owned());
                 r.flags = msg_flags(e.final_message());
                 Some(r)
