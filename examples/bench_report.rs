@@ -39,7 +39,7 @@
 //!   say `SKIPPED` and why. `cargo bench --all-features --bench stores` prints the same
 //!   table with 2,000 calls per cell.
 //!
-//! `--probe <plain|async10|sync10|production|history> <n>` only runs `n` W1 calls (a driver
+//! `--probe <plain|async10|sync10|sync1|production|history> <n>` only runs `n` W1 calls (a driver
 //! for `valgrind --tool=callgrind`).
 //!
 //! In a debug build (as CI runs every example) it runs a tiny version and says so: the
@@ -358,6 +358,7 @@ fn main() {
             "production" => w1_production_agent(),
             "async10" => w1_agent(10),
             "sync10" => w1_sync_agent(10),
+            "sync1" => w1_sync_agent(1),
             _ => w1_agent(0),
         };
         let n: u64 = args.get(i + 2).and_then(|s| s.parse().ok()).unwrap_or(1000);
