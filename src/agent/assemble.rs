@@ -201,7 +201,7 @@ impl<S> AgentBuilder<S> {
                 tool_names,
                 chain,
                 system: system_message(c.sys_prompt.clone()),
-                sys_prompt: c.sys_prompt,
+                sys_prompt: c.sys_prompt.map(Arc::from),
                 options: c.options,
                 max_iters: c.max_iters,
                 max_gotos: c.max_gotos,

@@ -177,7 +177,7 @@ pub(crate) struct AgentInner {
     pub(crate) tool_names: Arc<[String]>,
     pub(crate) tool_schemas: Arc<[ToolSchema]>,
     pub(crate) chain: HookChain,
-    pub(crate) sys_prompt: Option<String>,
+    pub(crate) sys_prompt: Option<Arc<str>>,
     /// The system message of a call whose prompt no hook changed, built once (`None`
     /// for no or a blank prompt): a call shares it instead of building its own.
     pub(crate) system: Option<Arc<Msg>>,

@@ -364,7 +364,8 @@ impl Call<'_> {
                 .await?;
             input = e.messages;
             if e.system_prompt != agent.sys_prompt {
-                self.system = super::assemble::system_message(e.system_prompt);
+                self.system =
+                    super::assemble::system_message(e.system_prompt.map(|p| p.to_string()));
             }
         }
         if let Some(i) = input.iter().position(|m| m.role == Role::System) {

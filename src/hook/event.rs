@@ -1,6 +1,8 @@
 //! The call-level events (`PreCall`, summary, `PostCall`, `Error`) and [`HookEvent`],
 //! the enum hooks receive. The reasoning and acting payloads live beside this file.
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 
 use super::decision::{Decision, DecisionKind};
@@ -57,7 +59,8 @@ meta_accessors!(
 pub struct PreCallEvent {
     pub(crate) meta: EventMeta,
     pub(crate) messages: Vec<Msg>,
-    pub(crate) system_prompt: Option<String>,
+    /// Shared with the agent (a reference count, not a copy, per call).
+    pub(crate) system_prompt: Option<Arc<str>>,
 }
 
 impl PreCallEvent {
@@ -98,6 +101,7 @@ impl PreCallEvent {
     /// Replaces the system prompt for this call only. It is frozen after `PreCall` and
     /// prepended to every model request of the call; it is never stored in memory.
     pub fn set_system_prompt(&mut self, prompt: Option<String>) {
+        let prompt: Option<Arc<str>> = prompt.map(Arc::from);
         if self.meta.recording() && prompt != self.system_prompt {
             let (b, a) = (
                 self.meta.digest(&self.system_prompt),
