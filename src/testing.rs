@@ -86,31 +86,25 @@ impl HookHarness {
     /// [`BuildErrorKind::InvalidHook`](crate::BuildErrorKind::InvalidHook) when the
     /// hook's [`validate`](crate::Hook::validate) fails, as at `AgentBuilder::build`.
     pub fn new<M>(hook: impl IntoHook<M>) -> Result<Self, BuildError> {
+        let agent = Arc::new(AgentInfo {
+            id: "test-agent".to_owned(),
+            name: "test-agent".to_owned(),
+            parent_id: None,
+            depth: 0,
+        });
+        let ctx = RunContext::new();
+        let mode = TrailMode {
+            on: true,
+            reveal: true,
+        };
+        let chain = HookChain::default();
         let empty = Self {
+            call: EventMeta::new(&agent, &ctx, Arc::clone(chain.labels()), mode),
             registered: Vec::new(),
-            chain: HookChain::default(),
-            agent: Arc::new(AgentInfo {
-                id: "test-agent".to_owned(),
-                name: "test-agent".to_owned(),
-                parent_id: None,
-                depth: 0,
-            }),
-            ctx: RunContext::new(),
-            mode: TrailMode {
-                on: true,
-                reveal: true,
-            },
-            call: EventMeta::new(
-                &Arc::new(AgentInfo {
-                    id: String::new(),
-                    name: String::new(),
-                    parent_id: None,
-                    depth: 0,
-                }),
-                &RunContext::new(),
-                Arc::from(Vec::new()),
-                TrailMode::default(),
-            ),
+            chain,
+            agent,
+            ctx,
+            mode,
         };
         empty.and(hook)
     }

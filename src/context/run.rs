@@ -47,7 +47,7 @@ struct Storage {
     active: AtomicBool,
 }
 
-/// `(type, value, run-local)`: run-local values (stored while a call ran, hook state)
+/// `(type, value, run-local)`: run-local values (stored while a call ran)
 /// are not carried into the context of another run.
 type Slots = Vec<(TypeId, Arc<dyn Any + Send + Sync>, bool)>;
 
@@ -90,14 +90,7 @@ impl Extensions {
 
     /// The value of type `T`, inserting `init()` first if absent.
     pub fn get_or_insert_with<T: Send + Sync + 'static>(&self, init: impl FnOnce() -> T) -> Arc<T> {
-        self.get_or_insert_marked(init, self.inner.active.load(Ordering::Acquire))
-    }
-
-    fn get_or_insert_marked<T: Send + Sync + 'static>(
-        &self,
-        init: impl FnOnce() -> T,
-        run_local: bool,
-    ) -> Arc<T> {
+        let run_local = self.inner.active.load(Ordering::Acquire);
         let id = TypeId::of::<T>();
         let mut slots = self.lock();
         if let Some(i) = Self::find(&slots, id)
