@@ -35,7 +35,7 @@ pub(crate) fn new_id(prefix: &str) -> String {
 /// `format!("{prefix}_{v:016x}")`, written directly into one exactly-sized allocation:
 /// ids are made several times per call, and the formatting machinery was ~7% of a W1
 /// call's instructions (callgrind).
-fn hex_id(prefix: &str, v: u64) -> String {
+pub(crate) fn hex_id(prefix: &str, v: u64) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut digits = [0u8; 16];
     for (i, d) in digits.iter_mut().enumerate() {

@@ -208,7 +208,7 @@ impl<S> AgentBuilder<S> {
                 tool_timeout: c.tool_timeout,
                 limits: c.limits,
                 hold_deltas: c.stream_release == StreamRelease::AfterAcceptance,
-                sessions: Sessions::default(),
+                sessions: Sessions::new(c.hot_sessions),
                 store: c.store,
                 leasing: c.leasing,
                 delegation,

@@ -249,6 +249,24 @@ impl<S> AgentBuilder<S> {
         self
     }
 
+    /// How many recently opened sessions keep their conversation unpacked (default
+    /// 16,384; 0: never pack). An agent holds every session's conversation in memory
+    /// until [`Agent::forget_session`]; a conversation that no call, [`Agent::messages`]
+    /// or [`Agent::set_messages`] opened during the last `n` openings of sessions is
+    /// packed into one buffer: a few bytes per message beyond its text instead of
+    /// ~300 (`bench_report`: 10-message sessions take ~390 bytes each beyond their
+    /// text packed, ~3.1 KB unpacked). The next call on a packed session unpacks it,
+    /// which costs about what building its messages did (a few µs for 20 messages):
+    /// lower `n` to hold many idle sessions in less memory, raise it when more than `n`
+    /// sessions take turns. Packing is lossless and invisible to hooks and stores:
+    /// every reader sees the same messages. With a session store, an idle
+    /// conversation that does not mirror the store (under leasing, after every call)
+    /// is dropped instead: its next call reloads it anyway.
+    pub fn hot_sessions(mut self, n: usize) -> Self {
+        self.config.hot_sessions = n;
+        self
+    }
+
     /// Timeout for one hook invocation unless the hook sets its own (default none).
     pub fn hook_timeout(mut self, d: Duration) -> Self {
         self.config.hook_timeout = Some(d);

@@ -54,6 +54,7 @@ pub(crate) struct AgentConfig {
     pub(crate) trail: bool,
     pub(crate) record_content: bool,
     pub(crate) tool_labels: Option<Arc<HashSet<String>>>,
+    pub(crate) hot_sessions: usize,
 }
 
 impl Default for AgentConfig {
@@ -85,6 +86,7 @@ impl Default for AgentConfig {
             trail: false,
             record_content: false,
             tool_labels: None,
+            hot_sessions: super::memory::HOT_SESSIONS,
         }
     }
 }
@@ -142,6 +144,7 @@ impl AgentConfig {
             trail: self.trail,
             record_content: self.record_content,
             tool_labels: self.tool_labels.clone(),
+            hot_sessions: self.hot_sessions,
         }
     }
 

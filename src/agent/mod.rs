@@ -65,6 +65,7 @@ mod input;
 mod lease;
 mod memory;
 mod model_turn;
+mod packed;
 mod run;
 mod store;
 mod stream;
@@ -340,13 +341,16 @@ impl Agent {
     pub async fn messages(&self, key: &SessionKey) -> Vec<Msg> {
         let slot = self.inner.sessions.slot(key);
         let mut conv = slot.lock().await;
+        self.inner.sessions.touch(&slot, &mut conv);
         if self.inner.leasing.is_some() && !conv.dirty {
             // Leased sessions are shared with other replicas: read the stored one.
             conv.loaded = false;
         }
-        if let Some(store) = &self.inner.store
-            && let Err(e) = conv.load_if_needed(&**store, key).await
-        {
+        let ready = match &self.inner.store {
+            Some(store) => conv.load_if_needed(&**store, key).await,
+            None => conv.unpack(key),
+        };
+        if let Err(e) = ready {
             tracing::warn!(session = %key, error = %e, "loading the session failed");
         }
         conv.messages.to_vec()
@@ -367,12 +371,13 @@ impl Agent {
         memory::check_history(&messages).map_err(Error::invalid_input)?;
         let slot = self.inner.sessions.slot(key);
         let mut conv = slot.lock().await;
+        self.inner.sessions.touch(&slot, &mut conv);
         if let Some(store) = &self.inner.store {
             conv.load_if_needed(&**store, key)
                 .await
                 .map_err(Error::store)?;
         }
-        conv.messages = Arc::new(messages);
+        conv.replace(messages);
         conv.loaded = true;
         conv.dirty = true;
         Ok(())

@@ -233,3 +233,81 @@ async fn a_call_dropped_while_the_model_streams_leaves_memory_valid() {
     let texts: Vec<String> = stored.iter().map(Msg::text).collect();
     assert_eq!(texts, ["one", "two", "fast"]);
 }
+
+/// A rich history: names, a thinking block, tool uses with arguments, an error
+/// result, metadata, an imported (non-generated) id.
+fn rich_history() -> Vec<Msg> {
+    let mut asked = Msg::new(
+        Role::Assistant,
+        vec![
+            ContentBlock::Thinking(Thinking {
+                text: "look it up".into(),
+                signature: Some("sig-1".into()),
+            }),
+            ContentBlock::ToolUse(ToolUse::new(
+                "call_1",
+                "lookup",
+                json!({"id": 42, "deep": {"x": [1.5, null]}}),
+            )),
+            ContentBlock::ToolUse(ToolUse::new("call_2", "lookup", json!({"id": "é"}))),
+        ],
+    );
+    asked.name = Some("support".into());
+    let mut results = Msg::tool([
+        ToolResult::new("call_1", "lookup", "found 🚀"),
+        ToolResult::error("call_2", "lookup", "no such id"),
+    ]);
+    results
+        .metadata
+        .insert("source".into(), json!({"replica": 2}));
+    let mut answer = Msg::assistant("order 42 is on its way");
+    answer.name = Some("support".into());
+    let mut imported = Msg::user("imported from elsewhere");
+    imported.id = "external-7".into();
+    vec![imported, asked, results, answer]
+}
+
+#[tokio::test]
+async fn an_idle_session_packed_away_comes_back_whole_for_its_next_call() {
+    let model = ScriptedModel::new([
+        ScriptedTurn::text("b"),
+        ScriptedTurn::text("c"),
+        ScriptedTurn::text("again"),
+    ]);
+    // One hot session: opening any other session packs the idle one.
+    let agent = builder(&model).hot_sessions(1).build().unwrap();
+    let history = rich_history();
+    agent
+        .set_messages(&key("a"), history.clone())
+        .await
+        .unwrap();
+    for s in ["b", "c"] {
+        agent
+            .call_with(vec![Msg::user(s)], session(s))
+            .await
+            .unwrap();
+    }
+    let input = Msg::user("and now?");
+    agent
+        .call_with(vec![input.clone()], session("a"))
+        .await
+        .unwrap();
+    let mut expected = history;
+    expected.push(input);
+    assert_eq!(
+        model.requests()[2].messages,
+        expected,
+        "the model saw a different history"
+    );
+    let stored = agent.messages(&key("a")).await;
+    assert_eq!(stored[..expected.len()], expected[..]);
+    assert_eq!(stored.last().map(Msg::text).as_deref(), Some("again"));
+    // Sessions b and c were packed in turn; their snapshots are whole too.
+    let b: Vec<String> = agent
+        .messages(&key("b"))
+        .await
+        .iter()
+        .map(Msg::text)
+        .collect();
+    assert_eq!(b, ["b", "b"]);
+}
