@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::builder::AgentBuilder;
 use super::config::AgentConfig;
 use super::delegation::{ChildBinding, Template};
-use super::memory::Sessions;
+use super::sessions::Sessions;
 use super::{Agent, AgentInfo, AgentInner, StreamRelease};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::hook::{HookChain, HookRegistry, HookSite};

@@ -86,7 +86,7 @@ impl Default for AgentConfig {
             trail: false,
             record_content: false,
             tool_labels: None,
-            hot_sessions: super::memory::HOT_SESSIONS,
+            hot_sessions: super::sessions::HOT_SESSIONS,
         }
     }
 }

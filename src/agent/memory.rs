@@ -1,8 +1,9 @@
-//! Conversation memory: one message list per (user, session), serialized per session.
+//! Conversation memory: one message list per (user, session), serialized per session;
+//! an idle one is packed into a byte buffer ([`Packed`]) and unpacked before any use.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 
 use tokio::sync::OwnedMutexGuard;
 
@@ -55,13 +56,14 @@ pub(crate) struct Conversation {
     /// `messages` may differ from what the store holds: set when a call starts,
     /// cleared by a successful save.
     pub(crate) dirty: bool,
-    /// The conversation, packed while idle ([`Sessions::touch`]); `messages` are then
+    /// The conversation, packed while idle
+    /// ([`Sessions::touch`](super::sessions::Sessions::touch)); `messages` are then
     /// the agent's shared empty list. Everything that reads or writes `messages` calls
     /// [`Conversation::unpack`] first.
-    packed: Option<Packed>,
+    pub(super) packed: Option<Packed>,
     /// The idle clock's reading when this conversation last entered the idle queue (0:
     /// never).
-    queued_at: u64,
+    pub(super) queued_at: u64,
 }
 
 impl Conversation {
@@ -86,7 +88,7 @@ impl Conversation {
 
     /// Packs an idle conversation; one that does not mirror the store (it reloads on
     /// its next call anyway) just lets its messages go.
-    fn pack(&mut self, empty: &Arc<Vec<Msg>>) {
+    pub(super) fn pack(&mut self, empty: &Arc<Vec<Msg>>) {
         if self.packed.is_some() || self.messages.is_empty() {
             return;
         }
@@ -278,149 +280,6 @@ impl super::AgentInner {
             return Err(e);
         }
         Ok(memory)
-    }
-}
-
-/// How many recently used sessions of an agent stay unpacked, unless the builder says
-/// otherwise ([`AgentBuilder::hot_sessions`](super::AgentBuilder::hot_sessions)).
-pub(crate) const HOT_SESSIONS: usize = 16_384;
-
-/// The per-session slots of an agent, and the idle queue that packs the conversations
-/// no call used lately.
-///
-/// The idle queue holds the sessions in the order they were opened (by a call,
-/// [`Agent::messages`](super::Agent::messages) or
-/// [`Agent::set_messages`](super::Agent::set_messages)); once it holds more than `hot`
-/// entries, the oldest ones leave it, and a conversation leaving it that was not
-/// opened since is packed ([`Packed`]). A session opened again re-enters the queue
-/// only when its entry is older than `hot / 2` openings, so a busy session costs the
-/// queue one entry per `hot / 2` openings of the agent. Entries are weak: a forgotten
-/// session leaves its entry with nothing to pack.
-#[derive(Debug)]
-pub(crate) struct Sessions {
-    slots: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<Conversation>>>>,
-    idle: Mutex<IdleQueue>,
-    /// What packed conversations hold as `messages` (one shared empty list).
-    empty: Arc<Vec<Msg>>,
-    /// How many recently opened sessions stay unpacked; 0: none is ever packed.
-    hot: usize,
-}
-
-#[derive(Debug, Default)]
-struct IdleQueue {
-    /// Counts openings.
-    clock: u64,
-    /// (clock reading at entry, session).
-    entries: VecDeque<(u64, Weak<tokio::sync::Mutex<Conversation>>)>,
-}
-
-/// At most this many entries leave the idle queue per opening (packing is work done
-/// on the opening call's time).
-const PACKS_PER_OPENING: usize = 2;
-
-impl Default for Sessions {
-    fn default() -> Self {
-        Self::new(HOT_SESSIONS)
-    }
-}
-
-impl Sessions {
-    /// Slots whose `hot` most recently opened sessions stay unpacked (0: never pack).
-    pub(crate) fn new(hot: usize) -> Self {
-        Self {
-            slots: Mutex::default(),
-            idle: Mutex::default(),
-            empty: Arc::new(Vec::new()),
-            hot,
-        }
-    }
-
-    pub(crate) fn slot(&self, key: &SessionKey) -> Arc<tokio::sync::Mutex<Conversation>> {
-        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(slot) = slots.get(key) {
-            return Arc::clone(slot);
-        }
-        let slot = Arc::new(tokio::sync::Mutex::new(Conversation {
-            messages: Arc::clone(&self.empty),
-            ..Conversation::default()
-        }));
-        slots.insert(key.clone(), Arc::clone(&slot));
-        slot
-    }
-
-    /// Forgets a session. Its idle-queue entry, when it is the latest one (a session
-    /// forgotten right after its call, as stateless callers do), leaves the queue at
-    /// once; an older entry stays until its turn (it holds only a weak reference:
-    /// the conversation itself is freed now).
-    pub(crate) fn remove(&self, key: &SessionKey) -> bool {
-        let removed = self
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key);
-        let Some(slot) = removed else {
-            return false;
-        };
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle
-            .entries
-            .back()
-            .is_some_and(|(_, w)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&slot)))
-        {
-            idle.entries.pop_back();
-        }
-        true
-    }
-
-    /// Records that `slot` (locked by the caller as `conv`) was opened, and packs up to
-    /// [`PACKS_PER_OPENING`] conversations that leave the idle queue unopened since
-    /// they entered it. Conversations in use (locked) re-enter the queue instead.
-    pub(crate) fn touch(
-        &self,
-        slot: &Arc<tokio::sync::Mutex<Conversation>>,
-        conv: &mut Conversation,
-    ) {
-        if self.hot == 0 {
-            return;
-        }
-        let mut leaving: [Option<(u64, Arc<tokio::sync::Mutex<Conversation>>)>; PACKS_PER_OPENING] =
-            Default::default();
-        {
-            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-            idle.clock += 1;
-            let now = idle.clock;
-            if conv.queued_at != 0 && now - conv.queued_at < (self.hot as u64).div_ceil(2) {
-                return;
-            }
-            conv.queued_at = now;
-            idle.entries.push_back((now, Arc::downgrade(slot)));
-            for out in &mut leaving {
-                if idle.entries.len() <= self.hot {
-                    break;
-                }
-                if let Some((at, weak)) = idle.entries.pop_front() {
-                    // A forgotten session has nothing to pack.
-                    *out = weak.upgrade().map(|s| (at, s));
-                }
-            }
-        }
-        let mut busy = Vec::new();
-        for (at, other) in leaving.into_iter().flatten() {
-            if Arc::ptr_eq(&other, slot) {
-                // The caller's own (older) entry: the one just pushed stands for it.
-                continue;
-            }
-            match other.try_lock() {
-                // Opened since it entered: a later entry stands for it.
-                Ok(c) if c.queued_at != at => {}
-                Ok(mut c) => c.pack(&self.empty),
-                Err(_) => busy.push((at, Arc::downgrade(&other))),
-            }
-        }
-        if !busy.is_empty() {
-            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-            idle.entries.extend(busy);
-        }
     }
 }
 
@@ -685,7 +544,3 @@ fn repair(messages: &mut Vec<Msg>, text: &str) {
         .map(|u| ToolResult::error(u.id, u.name, text));
     messages.push(Msg::tool(results).synthetic());
 }
-
-#[cfg(test)]
-#[path = "memory_tests.rs"]
-mod tests;

@@ -67,6 +67,7 @@ mod memory;
 mod model_turn;
 mod packed;
 mod run;
+mod sessions;
 mod store;
 mod stream;
 mod typed;
@@ -106,7 +107,7 @@ use crate::hook::HookChain;
 use crate::message::Msg;
 use crate::model::{GenerateOptions, Model, Usage};
 use crate::tool::{ToolSchema, Toolkit};
-use memory::Sessions;
+use sessions::Sessions;
 
 /// Metadata key on a stopped reply: the ids of the tool calls waiting for a decision,
 /// anywhere in the delegation tree (a JSON array of strings).
