@@ -39,8 +39,9 @@
 //!   say `SKIPPED` and why. `cargo bench --all-features --bench stores` prints the same
 //!   table with 2,000 calls per cell.
 //!
-//! `--probe <plain|async10|sync10|sync1|production|history> <n>` only runs `n` W1 calls (a driver
-//! for `valgrind --tool=callgrind`).
+//! `--probe <plain|async10|sync10|sync1|production|history|kind:KIND> <n>` only runs
+//! `n` W1 calls (a driver for `valgrind --tool=callgrind`); `kind:PostCall` (any
+//! [`EventKind`] name) subscribes one `SyncHook` to that one kind, to price one event.
 //!
 //! In a debug build (as CI runs every example) it runs a tiny version and says so: the
 //! numbers are then not meaningful.
@@ -359,6 +360,18 @@ fn main() {
             "async10" => w1_agent(10),
             "sync10" => w1_sync_agent(10),
             "sync1" => w1_sync_agent(1),
+            probe if probe.starts_with("kind:") => {
+                // One SyncHook subscribed to one event kind: what that kind costs.
+                let name = &probe["kind:".len()..];
+                let Some(kind) = EventKind::ALL.into_iter().find(|k| k.as_str() == name) else {
+                    eprintln!("unknown event kind `{name}` (e.g. kind:PostCall)");
+                    std::process::exit(2);
+                };
+                w1_agent_with(1, move || support::NoopSync {
+                    interest: Interest::of([kind]),
+                    intervene: false,
+                })
+            }
             _ => w1_agent(0),
         };
         let n: u64 = args.get(i + 2).and_then(|s| s.parse().ok()).unwrap_or(1000);

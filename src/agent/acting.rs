@@ -33,15 +33,15 @@ use serde_json::Value;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use super::fire::{Payload, changed};
+use super::fire::{Payload, changed, fire};
 use super::memory::CallMemory;
 use super::run::{Call, emit};
 use super::stream::AgentEvent;
 use crate::context::{DecisionSink, EventSink};
 use crate::error::Error;
 use crate::hook::{
-    ActingChunkEvent, Decision, DecisionKind, EventKind, Forward, HookEvent, PostActingEvent,
-    PreActingEvent,
+    ActingChunkEvent, Decision, DecisionKind, Denial, EventKind, Forward, HookEvent,
+    PostActingEvent, PreActingEvent,
 };
 use crate::message::{Msg, ToolResult, ToolUse};
 use crate::model::accumulate::normalize_arguments;
@@ -77,6 +77,14 @@ pub(super) struct Planned {
     /// Its arguments are exactly what admission validated against the tool's schema
     /// (no hook rewrote the call): execution need not validate them again.
     pub(super) checked: bool,
+}
+
+/// A call as the `PreActing` hooks left it.
+struct PreActed {
+    tool_use: ToolUse,
+    denial: Option<Denial>,
+    /// A hook changed the call.
+    changed: bool,
 }
 
 impl Call<'_> {
@@ -166,17 +174,15 @@ impl Call<'_> {
                 continue;
             }
             let result = if self.wants(EventKind::PostActing) {
-                let e = self
-                    .fire(PostActingEvent {
-                        meta: self.meta.clone(),
-                        tool_use: p.tool_use,
-                        result,
-                        denied: p.denial.is_some(),
-                        stop: false,
-                    })
-                    .await?;
-                stop |= e.stop;
-                e.result
+                let (result, stopped) = fire!(self, PostActing(PostActingEvent {
+                    meta: self.meta.clone(),
+                    tool_use: p.tool_use,
+                    result,
+                    denied: p.denial.is_some(),
+                    stop: false,
+                }) => { result, stop });
+                stop |= stopped;
+                result
             } else {
                 result
             };
@@ -271,8 +277,10 @@ impl Call<'_> {
 
     /// Runs the `PreActing` hooks on one call until a pass changes nothing (see the
     /// module docs), denying it when they do not agree within
-    /// [`MAX_PRE_ACTING_PASSES`].
-    async fn pre_acting(&self, tool_use: ToolUse) -> Result<PreActingEvent, Error> {
+    /// [`MAX_PRE_ACTING_PASSES`]. Returns the call as the hooks left it, their denial,
+    /// and whether a hook changed it (taken out of the event field by field, never
+    /// moving the whole event).
+    async fn pre_acting(&self, tool_use: ToolUse) -> Result<PreActed, Error> {
         let chain = &self.agent.chain;
         let full = chain.subscribers(EventKind::PreActing);
         let mut ev = PreActingEvent::new(self.meta.clone(), tool_use).into_event();
@@ -311,7 +319,19 @@ impl Call<'_> {
             let next: Vec<u16> = full.iter().copied().filter(|i| !seen.contains(i)).collect();
             stale = Cow::Owned(next);
         }
-        PreActingEvent::from_event(ev).ok_or_else(changed::<PreActingEvent>)
+        match ev {
+            HookEvent::PreActing(PreActingEvent {
+                tool_use,
+                denial,
+                changed: rewritten,
+                ..
+            }) => Ok(PreActed {
+                tool_use,
+                denial,
+                changed: rewritten,
+            }),
+            _ => Err(changed::<PreActingEvent>()),
+        }
     }
 
     /// Records a decision the runtime made (rejections, truncations).

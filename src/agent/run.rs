@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::mpsc::UnboundedSender as EventSender;
 
 use super::acting::Acted;
+use super::fire::fire;
 use super::memory::{CallMemory, SessionKey};
 use super::model_turn::Phase;
 use super::stream::AgentEvent;
@@ -355,17 +356,14 @@ impl Call<'_> {
         // The agent's prebuilt system message, unless a hook changed the prompt.
         self.system = agent.system.clone();
         if self.wants(EventKind::PreCall) {
-            let e = self
-                .fire(PreCallEvent {
-                    meta: self.meta.clone(),
-                    messages: input,
-                    system_prompt: agent.sys_prompt.clone(),
-                })
-                .await?;
-            input = e.messages;
-            if e.system_prompt != agent.sys_prompt {
-                self.system =
-                    super::assemble::system_message(e.system_prompt.map(|p| p.to_string()));
+            let (messages, system_prompt) = fire!(self, PreCall(PreCallEvent {
+                meta: self.meta.clone(),
+                messages: input,
+                system_prompt: agent.sys_prompt.clone(),
+            }) => { messages, system_prompt });
+            input = messages;
+            if system_prompt != agent.sys_prompt {
+                self.system = super::assemble::system_message(system_prompt.map(|p| p.to_string()));
             }
         }
         if let Some(i) = input.iter().position(|m| m.role == Role::System) {
@@ -472,17 +470,15 @@ impl Call<'_> {
             Messages::from_parts(self.system.clone(), memory.shared(), self.retracted.clone());
         let mut options = self.request_options();
         if self.wants(EventKind::PreReasoning) {
-            let e = self
-                .fire(PreReasoningEvent {
-                    meta: self.meta.clone(),
-                    messages,
-                    options: Box::new(options),
-                    tool_names: Arc::clone(&agent.tool_names),
-                    iteration,
-                })
-                .await?;
-            messages = e.messages;
-            options = *e.options;
+            let (changed, boxed) = fire!(self, PreReasoning(PreReasoningEvent {
+                meta: self.meta.clone(),
+                messages,
+                options: Box::new(options),
+                tool_names: Arc::clone(&agent.tool_names),
+                iteration,
+            }) => { messages, options });
+            messages = changed;
+            options = *boxed;
         }
         // Shared with the agent (one refcount), unless the delegation tool lists the
         // subagents known now.
@@ -506,18 +502,15 @@ impl Call<'_> {
         if !self.wants(EventKind::PostReasoning) {
             return Ok((msg, None, false, false));
         }
-        let e = self
-            .fire(PostReasoningEvent {
-                meta: self.meta.clone(),
-                message: msg,
-                goto: None,
-                retract: false,
-                stop: false,
-                usage: self.last_usage,
-                iteration,
-            })
-            .await?;
-        Ok((e.message, e.goto, e.retract, e.stop))
+        Ok(fire!(self, PostReasoning(PostReasoningEvent {
+            meta: self.meta.clone(),
+            message: msg,
+            goto: None,
+            retract: false,
+            stop: false,
+            usage: self.last_usage,
+            iteration,
+        }) => { message, goto, retract, stop }))
     }
 }
 
@@ -591,16 +584,14 @@ impl Call<'_> {
         );
         let mut options = self.request_options();
         if self.wants(EventKind::PreSummary) {
-            let e = self
-                .fire(PreSummaryEvent {
-                    meta: self.meta.clone(),
-                    messages,
-                    options: Box::new(options),
-                    max_iters: agent.max_iters,
-                })
-                .await?;
-            messages = e.messages;
-            options = *e.options;
+            let (changed, boxed) = fire!(self, PreSummary(PreSummaryEvent {
+                meta: self.meta.clone(),
+                messages,
+                options: Box::new(options),
+                max_iters: agent.max_iters,
+            }) => { messages, options });
+            messages = changed;
+            options = *boxed;
         }
         let request = ModelRequest {
             messages,
@@ -613,13 +604,10 @@ impl Call<'_> {
             .content
             .retain(|b| !matches!(b, ContentBlock::ToolUse(_)));
         if self.wants(EventKind::PostSummary) {
-            let e = self
-                .fire(PostSummaryEvent {
-                    meta: self.meta.clone(),
-                    message: summary,
-                })
-                .await?;
-            summary = e.message;
+            summary = fire!(self, PostSummary(PostSummaryEvent {
+                meta: self.meta.clone(),
+                message: summary,
+            }) => { message });
         }
         self.release(&summary);
         memory.push(summary.clone());
@@ -630,23 +618,20 @@ impl Call<'_> {
     async fn finish(&mut self, reply: Msg, reason: StopReason) -> Result<CallOutcome, Error> {
         let mut reply = reply;
         if self.wants(EventKind::PostCall) {
-            let e = self
-                .fire(PostCallEvent {
-                    meta: self.meta.clone(),
-                    message: reply,
-                    reason,
-                    usage: self.usage,
-                    decisions: if self.meta.mode.on {
-                        self.trail
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .clone()
-                    } else {
-                        Vec::new()
-                    },
-                })
-                .await?;
-            reply = e.message;
+            reply = fire!(self, PostCall(PostCallEvent {
+                meta: self.meta.clone(),
+                message: reply,
+                reason,
+                usage: self.usage,
+                decisions: if self.meta.mode.on {
+                    self.trail
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone()
+                } else {
+                    Vec::new()
+                },
+            }) => { message });
         }
         Ok(CallOutcome {
             reply,

@@ -58,6 +58,7 @@ mod reasoning;
 mod registry;
 mod site;
 
+pub(crate) use acting::Denial;
 pub use acting::{ActingChunkEvent, PostActingEvent, PreActingEvent};
 pub(crate) use chain::HookChain;
 pub use decision::{Decision, DecisionKind, FieldChange, RevealNumbers};
