@@ -39,9 +39,11 @@
 //!   say `SKIPPED` and why. `cargo bench --all-features --bench stores` prints the same
 //!   table with 2,000 calls per cell.
 //!
-//! `--probe <plain|async10|sync10|sync1|production|history|kind:KIND> <n>` only runs
-//! `n` W1 calls (a driver for `valgrind --tool=callgrind`); `kind:PostCall` (any
-//! [`EventKind`] name) subscribes one `SyncHook` to that one kind, to price one event.
+//! `--probe <plain|async10|sync10|sync1|production|history|HOOK|kind:KIND> <n>` only
+//! runs `n` W1 calls (a driver for `valgrind --tool=callgrind`); `HOOK` is one
+//! production hook alone (`latency`, `masking`, `audit`, `tool_guard`,
+//! `dynamic_options`), and `kind:PostCall` (any [`EventKind`] name) subscribes one
+//! `SyncHook` to that one kind, to price one event.
 //!
 //! In a debug build (as CI runs every example) it runs a tiny version and says so: the
 //! numbers are then not meaningful.
@@ -360,6 +362,10 @@ fn main() {
             "async10" => w1_agent(10),
             "sync10" => w1_sync_agent(10),
             "sync1" => w1_sync_agent(1),
+            // One production hook alone, to attribute the set's cost.
+            hook @ ("latency" | "masking" | "audit" | "tool_guard" | "dynamic_options") => {
+                w1_single_hook_agent(hook)
+            }
             probe if probe.starts_with("kind:") => {
                 // One SyncHook subscribed to one event kind: what that kind costs.
                 let name = &probe["kind:".len()..];

@@ -2,8 +2,6 @@
 //! by [`SelfCorrectionHook`](super::SelfCorrectionHook) and
 //! [`DynamicOptionsHook`](super::DynamicOptionsHook).
 
-use std::borrow::Cow;
-
 use aho_corasick::AhoCorasick;
 
 /// Finds keywords in text, ignoring occurrences that are part of an exclusion phrase,
@@ -24,12 +22,31 @@ pub(crate) struct PhraseMatcher {
     exclusion_set: Option<AhoCorasick>,
 }
 
-/// An automaton finding every (overlapping) occurrence of `patterns`.
+/// An automaton finding every (overlapping) occurrence of `patterns`, ASCII letters
+/// case-insensitively (so a text is never lowercased into a copy).
 fn automaton(patterns: &[String]) -> Option<AhoCorasick> {
     if patterns.is_empty() {
         return None;
     }
-    AhoCorasick::new(patterns).ok()
+    AhoCorasick::builder()
+        .ascii_case_insensitive(true)
+        .build(patterns)
+        .ok()
+}
+
+/// `hay` starts with `needle`, ASCII letters compared case-insensitively.
+fn starts_with_ci(hay: &str, needle: &str) -> bool {
+    hay.as_bytes()
+        .get(..needle.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+/// `hay` ends with `needle`, ASCII letters compared case-insensitively.
+fn ends_with_ci(hay: &str, needle: &str) -> bool {
+    hay.len()
+        .checked_sub(needle.len())
+        .and_then(|start| hay.as_bytes().get(start..))
+        .is_some_and(|tail| tail.eq_ignore_ascii_case(needle.as_bytes()))
 }
 
 /// Every occurrence of every pattern in `text` as (pattern index, start, end),
@@ -49,7 +66,7 @@ fn each_occurrence(
         None => {
             for (p, pat) in patterns.iter().enumerate() {
                 for (i, _) in text.char_indices() {
-                    if text[i..].starts_with(pat.as_str()) {
+                    if starts_with_ci(&text[i..], pat) {
                         f(p, i, i + pat.len());
                     }
                 }
@@ -95,34 +112,34 @@ impl PhraseMatcher {
         if self.keywords.is_empty() || text.is_empty() {
             return None;
         }
-        let lower: Cow<'_, str> = if text.bytes().any(|b| b.is_ascii_uppercase()) {
-            Cow::Owned(text.to_ascii_lowercase())
-        } else {
-            Cow::Borrowed(text)
-        };
-        let lower = &*lower;
-        let mut excluded: Vec<(usize, usize)> = Vec::new();
-        each_occurrence(
-            self.exclusion_set.as_ref(),
-            &self.exclusions,
-            lower,
-            |_, s, e| excluded.push((s, e)),
-        );
+        // The exclusion phrases are looked for only once a keyword occurs: most texts
+        // hold none, and are then scanned once.
+        let mut excluded: Option<Vec<(usize, usize)>> = None;
         let mut best: Option<usize> = None;
         each_occurrence(
             self.keyword_set.as_ref(),
             &self.keywords,
-            lower,
+            text,
             |p, start, end| {
                 if best.is_some_and(|b| b <= p) {
                     return;
                 }
+                let excluded = excluded.get_or_insert_with(|| {
+                    let mut spans = Vec::new();
+                    each_occurrence(
+                        self.exclusion_set.as_ref(),
+                        &self.exclusions,
+                        text,
+                        |_, s, e| spans.push((s, e)),
+                    );
+                    spans
+                });
                 let valid = !excluded.iter().any(|&(s, e)| s <= start && end <= e)
-                    && !self.negated(&lower[..start])
+                    && !self.negated(&text[..start])
                     && !self
                         .conditional_suffixes
                         .iter()
-                        .any(|c| lower[end..].starts_with(c.as_str()));
+                        .any(|c| starts_with_ci(&text[end..], c));
                 if valid {
                     best = Some(p);
                 }
@@ -141,7 +158,7 @@ impl PhraseMatcher {
         let mut chars = before.char_indices().rev();
         for _ in 0..=self.negation_window {
             let head = &before[..cut];
-            if self.negations.iter().any(|n| head.ends_with(n.as_str())) {
+            if self.negations.iter().any(|n| ends_with_ci(head, n)) {
                 return true;
             }
             match chars.next() {
@@ -191,6 +208,35 @@ mod tests {
         assert_eq!(matcher().find("这不是已退款的状态"), None);
         assert_eq!(matcher().find("还没有说退款成功"), None);
         assert_eq!(matcher().find("没有，我们很快退款成功了"), Some("退款成功"));
+    }
+
+    #[test]
+    fn ascii_negations_exclusions_and_suffixes_apply_case_insensitively() {
+        let m = PhraseMatcher::new(
+            &v(&["refunded"]),
+            &v(&["refunded later"]),
+            &v(&["not"]),
+            1,
+            &v(&["?"]),
+        );
+        assert_eq!(m.find("It was NOT Refunded"), None);
+        assert_eq!(m.find("REFUNDED LATER, they said"), None);
+        assert_eq!(m.find("Refunded?"), None);
+        assert_eq!(m.find("Refunded!"), Some("refunded"));
+        // The fallback without an automaton gives the same answers.
+        let plain = PhraseMatcher {
+            keyword_set: None,
+            exclusion_set: None,
+            ..m.clone()
+        };
+        for text in [
+            "It was NOT Refunded",
+            "REFUNDED LATER",
+            "Refunded?",
+            "Refunded!",
+        ] {
+            assert_eq!(plain.find(text), m.find(text), "{text}");
+        }
     }
 
     #[test]
