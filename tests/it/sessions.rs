@@ -311,3 +311,84 @@ async fn an_idle_session_packed_away_comes_back_whole_for_its_next_call() {
         .collect();
     assert_eq!(b, ["b", "b"]);
 }
+
+/// A comparable form of a conversation (ids aside: each agent generates its own).
+fn shape(messages: &[Msg]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| {
+            let uses: Vec<String> = m
+                .tool_uses()
+                .iter()
+                .map(|u| format!("{}({})", u.name, u.input))
+                .collect();
+            let results: Vec<String> = m
+                .tool_results()
+                .iter()
+                .map(|r| format!("{}={}/{}", r.name, r.content, r.is_error))
+                .collect();
+            format!("{:?} {:?} {uses:?} {results:?}", m.role, m.text())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn agents_that_pack_idle_sessions_hold_the_same_conversations_as_agents_that_never_do() {
+    const SESSIONS: usize = 5;
+    // Which session each call goes to, and whether it calls a tool first.
+    let calls: Vec<(usize, bool)> = (0..30)
+        .map(|i| ((i * 7 + i / 3) % SESSIONS, i % 3 == 0))
+        .collect();
+    let script = || {
+        let mut turns = Vec::new();
+        for (i, &(_, tool)) in calls.iter().enumerate() {
+            if tool {
+                turns.push(ScriptedTurn::tool_call("add", json!({"a": i, "b": 1})));
+            }
+            turns.push(ScriptedTurn::text(format!("reply {i}")));
+        }
+        turns
+    };
+    for with_store in [false, true] {
+        let dir = TempDir::new("packing");
+        let run = |hot: usize| {
+            let model = ScriptedModel::new(script());
+            let mut b =
+                builder_with_tools(&model, vec![add_tool(&Log::default())]).hot_sessions(hot);
+            if with_store {
+                b = b.session_store(
+                    FileSessionStore::open(dir.path().join(format!("hot{hot}"))).unwrap(),
+                );
+            }
+            let agent = b.build().unwrap();
+            let calls = calls.clone();
+            async move {
+                for (i, (s, _)) in calls.into_iter().enumerate() {
+                    agent
+                        .call_with(
+                            vec![Msg::user(format!("question {i}"))],
+                            session(&format!("s{s}")),
+                        )
+                        .await
+                        .unwrap();
+                }
+                let mut all = Vec::new();
+                for s in 0..SESSIONS {
+                    let messages = agent.messages(&key(&format!("s{s}"))).await;
+                    assert_memory_valid(&messages);
+                    all.push(shape(&messages));
+                }
+                all
+            }
+        };
+        // One hot session: every session but the last one used is packed between its
+        // calls. Zero: never packed.
+        let packed = run(1).await;
+        let plain = run(0).await;
+        assert_eq!(packed, plain, "with_store = {with_store}");
+        assert!(
+            packed.iter().all(|s| s.len() >= 8),
+            "every session took several calls"
+        );
+    }
+}
