@@ -1,9 +1,9 @@
 //! Firing a mutable event: the payload is built in its [`HookEvent`] variant, the
 //! chain runs, and the fields the runtime needs — with what the hooks changed — come
-//! back out ([`fire!`]). The "unpack the variant" step exists once, here; a variant
-//! that came back different is a rein bug
-//! ([`ErrorKind::Internal`](crate::ErrorKind::Internal)). No allocation and no dynamic
-//! dispatch beyond the chain's own.
+//! back out ([`fire!`]; `PreActing`, which may run its hooks in several passes, takes
+//! its fields out the same way in `acting.rs`). A variant that came back different is
+//! a rein bug ([`ErrorKind::Internal`](crate::ErrorKind::Internal)). No allocation and
+//! no dynamic dispatch beyond the chain's own.
 
 use crate::error::Error;
 use crate::hook::{

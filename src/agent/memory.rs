@@ -167,9 +167,8 @@ impl Conversation {
     }
 
     /// Loads the stored session unless the conversation is loaded (a loaded one is
-    /// unpacked if it was packed). A stored history
-    /// that breaks the memory invariant (e.g. a hand-edited file) is refused as
-    /// [`StoreErrorKind::Corrupt`].
+    /// unpacked if it was packed). A stored history that breaks the memory invariant
+    /// (e.g. a hand-edited file) is refused as [`StoreErrorKind::Corrupt`].
     pub(crate) async fn load_if_needed(
         &mut self,
         store: &dyn DynSessionStore,

@@ -18,10 +18,10 @@ pub(crate) const HOT_SESSIONS: usize = 16_384;
 /// [`Agent::messages`](super::Agent::messages) or
 /// [`Agent::set_messages`](super::Agent::set_messages)); once it holds more than `hot`
 /// entries, the oldest ones leave it, and a conversation leaving it that was not
-/// opened since is packed ([`Packed`](super::packed::Packed)). A session opened again re-enters the queue
-/// only when its entry is older than `hot / 2` openings, so a busy session costs the
-/// queue one entry per `hot / 2` openings of the agent. Entries are weak: a forgotten
-/// session leaves its entry with nothing to pack.
+/// opened since is packed ([`Packed`](super::packed::Packed)). A session opened again
+/// re-enters the queue only when its entry is older than `hot / 2` openings, so a busy
+/// session costs the queue one entry per `hot / 2` openings of the agent. Entries are
+/// weak: a forgotten session leaves its entry with nothing to pack.
 #[derive(Debug)]
 pub(crate) struct Sessions {
     slots: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<Conversation>>>>,
@@ -43,12 +43,6 @@ struct IdleQueue {
 /// At most this many entries leave the idle queue per opening (packing is work done
 /// on the opening call's time).
 const PACKS_PER_OPENING: usize = 2;
-
-impl Default for Sessions {
-    fn default() -> Self {
-        Self::new(HOT_SESSIONS)
-    }
-}
 
 impl Sessions {
     /// Slots whose `hot` most recently opened sessions stay unpacked (0: never pack).
