@@ -33,7 +33,7 @@ use serde_json::Value;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use super::fire::{Payload, changed, fire};
+use super::fire::{changed, fire};
 use super::memory::CallMemory;
 use super::run::{Call, emit};
 use super::stream::AgentEvent;
@@ -283,16 +283,18 @@ impl Call<'_> {
     async fn pre_acting(&self, tool_use: ToolUse) -> Result<PreActed, Error> {
         let chain = &self.agent.chain;
         let full = chain.subscribers(EventKind::PreActing);
-        let mut ev = PreActingEvent::new(self.meta.clone(), tool_use).into_event();
+        let mut ev = HookEvent::PreActing(PreActingEvent::new(self.meta.clone(), tool_use));
         let mut stale: Cow<'_, [u16]> = Cow::Borrowed(full);
         let mut passes = 0;
         loop {
             passes += 1;
-            if let Some(e) = PreActingEvent::get_mut(&mut ev) {
+            if let HookEvent::PreActing(e) = &mut ev {
                 e.changed_by = None;
             }
             self.dispatch_list(&mut ev, &stale).await?;
-            let e = PreActingEvent::get_mut(&mut ev).ok_or_else(changed::<PreActingEvent>)?;
+            let HookEvent::PreActing(e) = &mut ev else {
+                return Err(changed("PreActing"));
+            };
             if e.denial.is_some() {
                 break;
             }
@@ -330,7 +332,7 @@ impl Call<'_> {
                 denial,
                 changed: rewritten,
             }),
-            _ => Err(changed::<PreActingEvent>()),
+            _ => Err(changed("PreActing")),
         }
     }
 

@@ -1,4 +1,5 @@
-//! Firing a mutable event: the payload is built in its [`HookEvent`] variant, the
+//! Firing a mutable event: the payload is built in its
+//! [`HookEvent`](crate::hook::HookEvent) variant, the
 //! chain runs, and the fields the runtime needs — with what the hooks changed — come
 //! back out ([`fire!`]; `PreActing`, which may run its hooks in several passes, takes
 //! its fields out the same way in `acting.rs`). A variant that came back different is
@@ -6,50 +7,6 @@
 //! no dynamic dispatch beyond the chain's own.
 
 use crate::error::Error;
-use crate::hook::{
-    HookEvent, PostActingEvent, PostCallEvent, PostReasoningEvent, PostSummaryEvent,
-    PreActingEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent,
-};
-
-/// An event payload with its own [`HookEvent`] variant.
-pub(super) trait Payload: Sized {
-    /// The variant's name, for the internal error.
-    const NAME: &'static str;
-    /// The payload in its variant.
-    fn into_event(self) -> HookEvent;
-    /// The payload inside its variant; `None` for another variant.
-    fn get_mut(event: &mut HookEvent) -> Option<&mut Self>;
-}
-
-macro_rules! payloads {
-    ($($variant:ident($ty:ty)),* $(,)?) => {$(
-        impl Payload for $ty {
-            const NAME: &'static str = stringify!($variant);
-
-            fn into_event(self) -> HookEvent {
-                HookEvent::$variant(self)
-            }
-
-            fn get_mut(event: &mut HookEvent) -> Option<&mut Self> {
-                match event {
-                    HookEvent::$variant(e) => Some(e),
-                    _ => None,
-                }
-            }
-        }
-    )*};
-}
-
-payloads!(
-    PreCall(PreCallEvent),
-    PreReasoning(PreReasoningEvent),
-    PostReasoning(PostReasoningEvent),
-    PreActing(PreActingEvent),
-    PostActing(PostActingEvent),
-    PreSummary(PreSummaryEvent),
-    PostSummary(PostSummaryEvent),
-    PostCall(PostCallEvent),
-);
 
 /// Fires an event built in place and takes the named fields back out of it:
 /// `fire!(call, Variant(Payload { ..init }) => { field, .. })` evaluates to the
@@ -70,13 +27,13 @@ macro_rules! fire {
         $call.dispatch(&mut event).await?;
         match event {
             $crate::hook::HookEvent::$variant($payload { $($field),+, .. }) => ($($field),+),
-            _ => return Err($crate::agent::fire::changed::<$payload>()),
+            _ => return Err($crate::agent::fire::changed(stringify!($variant))),
         }
     }};
 }
 pub(super) use fire;
 
-/// The internal error for an event that came back as another variant.
-pub(super) fn changed<P: Payload>() -> Error {
-    Error::internal(&format!("{} changed variant", P::NAME))
+/// The internal error for an event that came back as another variant than `variant`.
+pub(super) fn changed(variant: &str) -> Error {
+    Error::internal(&format!("{variant} changed variant"))
 }

@@ -2,6 +2,7 @@
 //! call opened lately (see [`Sessions`]).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use super::memory::{Conversation, SessionKey};
@@ -25,19 +26,15 @@ pub(crate) const HOT_SESSIONS: usize = 16_384;
 #[derive(Debug)]
 pub(crate) struct Sessions {
     slots: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<Conversation>>>>,
-    idle: Mutex<IdleQueue>,
+    /// Counts openings (read without the queue's lock: a session opened lately skips
+    /// the lock altogether).
+    clock: AtomicU64,
+    /// (clock reading at entry, session), oldest first.
+    idle: Mutex<VecDeque<(u64, Weak<tokio::sync::Mutex<Conversation>>)>>,
     /// What packed conversations hold as `messages` (one shared empty list).
     empty: Arc<Vec<Msg>>,
     /// How many recently opened sessions stay unpacked; 0: none is ever packed.
     hot: usize,
-}
-
-#[derive(Debug, Default)]
-struct IdleQueue {
-    /// Counts openings.
-    clock: u64,
-    /// (clock reading at entry, session).
-    entries: VecDeque<(u64, Weak<tokio::sync::Mutex<Conversation>>)>,
 }
 
 /// At most this many entries leave the idle queue per opening (packing is work done
@@ -49,6 +46,7 @@ impl Sessions {
     pub(crate) fn new(hot: usize) -> Self {
         Self {
             slots: Mutex::default(),
+            clock: AtomicU64::new(0),
             idle: Mutex::default(),
             empty: Arc::new(Vec::new()),
             hot,
@@ -83,11 +81,10 @@ impl Sessions {
         };
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle
-            .entries
             .back()
             .is_some_and(|(_, w)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&slot)))
         {
-            idle.entries.pop_back();
+            idle.pop_back();
         }
         true
     }
@@ -105,20 +102,20 @@ impl Sessions {
         }
         let mut leaving: [Option<(u64, Arc<tokio::sync::Mutex<Conversation>>)>; PACKS_PER_OPENING] =
             Default::default();
+        let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
+        if conv.queued_at != 0 && now.saturating_sub(conv.queued_at) < (self.hot as u64).div_ceil(2)
+        {
+            return;
+        }
+        conv.queued_at = now;
         {
             let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-            idle.clock += 1;
-            let now = idle.clock;
-            if conv.queued_at != 0 && now - conv.queued_at < (self.hot as u64).div_ceil(2) {
-                return;
-            }
-            conv.queued_at = now;
-            idle.entries.push_back((now, Arc::downgrade(slot)));
+            idle.push_back((now, Arc::downgrade(slot)));
             for out in &mut leaving {
-                if idle.entries.len() <= self.hot {
+                if idle.len() <= self.hot {
                     break;
                 }
-                if let Some((at, weak)) = idle.entries.pop_front() {
+                if let Some((at, weak)) = idle.pop_front() {
                     // A forgotten session has nothing to pack.
                     *out = weak.upgrade().map(|s| (at, s));
                 }
@@ -139,7 +136,7 @@ impl Sessions {
         }
         if !busy.is_empty() {
             let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-            idle.entries.extend(busy);
+            idle.extend(busy);
         }
     }
 }

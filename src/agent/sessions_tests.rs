@@ -19,6 +19,13 @@ fn open(sessions: &Sessions, name: &str, messages: Option<Vec<Msg>>) {
     }
 }
 
+/// Opens the other sessions `o{i}` for every `i` in `range`, in order.
+fn open_others(sessions: &Sessions, range: std::ops::Range<usize>) {
+    for i in range {
+        open(sessions, &format!("o{i}"), None);
+    }
+}
+
 fn history(n: usize) -> Vec<Msg> {
     (0..n)
         .map(|i| {
@@ -77,7 +84,7 @@ fn a_session_reopened_within_the_hot_window_stays_unpacked() {
     }
     // The busy session costs the queue one entry per hot/2 openings, not one per
     // opening: the queue never grows past hot plus the entries that just left.
-    assert!(sessions.idle.lock().unwrap().entries.len() <= 4);
+    assert!(sessions.idle.lock().unwrap().len() <= 4);
 }
 
 #[test]
@@ -86,17 +93,13 @@ fn a_session_in_use_is_never_packed_and_is_packed_once_idle_again() {
     open(&sessions, "held", Some(history(6)));
     let slot = sessions.slot(&key("held"));
     let guard = slot.try_lock().unwrap();
-    for i in 0..10 {
-        open(&sessions, &format!("o{i}"), None);
-    }
+    open_others(&sessions, 0..10);
     assert!(guard.packed.is_none(), "a locked conversation was packed");
     assert_eq!(guard.messages.len(), 6);
     drop(guard);
     // It re-entered the queue while held: it leaves it (and is packed) once the
     // openings since then push it out.
-    for i in 10..16 {
-        open(&sessions, &format!("o{i}"), None);
-    }
+    open_others(&sessions, 10..16);
     assert!(is_packed(&sessions, "held"));
 }
 
@@ -111,16 +114,13 @@ fn a_forgotten_session_leaves_nothing_behind_in_the_idle_queue() {
         "the idle queue kept the conversation alive"
     );
     // Forgotten right after its opening: its entry left the queue at once.
-    assert!(sessions.idle.lock().unwrap().entries.is_empty());
-    for i in 0..4 {
-        open(&sessions, &format!("o{i}"), None);
-    }
+    assert!(sessions.idle.lock().unwrap().is_empty());
+    open_others(&sessions, 0..4);
     assert!(
         sessions
             .idle
             .lock()
             .unwrap()
-            .entries
             .iter()
             .all(|(_, w)| !w.ptr_eq(&weak))
     );
@@ -130,9 +130,7 @@ fn a_forgotten_session_leaves_nothing_behind_in_the_idle_queue() {
 fn zero_hot_sessions_never_packs() {
     let sessions = Sessions::new(0);
     open(&sessions, "s", Some(history(4)));
-    for i in 0..10 {
-        open(&sessions, &format!("o{i}"), None);
-    }
+    open_others(&sessions, 0..10);
     assert!(!is_packed(&sessions, "s"));
 }
 
