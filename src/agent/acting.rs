@@ -290,8 +290,12 @@ impl Call<'_> {
             passes += 1;
             if let HookEvent::PreActing(e) = &mut ev {
                 e.changed_by = None;
+                if passes > 1 {
+                    // Each pass is a new dispatch: a new timestamp.
+                    e.meta.restamp();
+                }
             }
-            self.dispatch_list(&mut ev, &stale).await?;
+            super::fire::dispatch!(self, &mut ev, &stale)?;
             let HookEvent::PreActing(e) = &mut ev else {
                 return Err(changed("PreActing"));
             };
@@ -492,7 +496,7 @@ impl Call<'_> {
                 chunk: chunk.text,
             });
             // Notification event: failures are logged by the chain.
-            let _ = self.dispatch(&mut ev).await;
+            let _ = super::fire::dispatch!(self, &mut ev);
         }
     }
 

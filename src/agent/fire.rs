@@ -24,7 +24,7 @@ macro_rules! fire {
         $variant:ident($payload:ident { $($init:tt)* }) => { $($field:ident),+ $(,)? }
     ) => {{
         let mut event = $crate::hook::HookEvent::$variant($payload { $($init)* });
-        $call.dispatch(&mut event).await?;
+        $crate::agent::fire::dispatch!($call, &mut event)?;
         match event {
             $crate::hook::HookEvent::$variant($payload { $($field),+, .. }) => ($($field),+),
             _ => return Err($crate::agent::fire::changed(stringify!($variant))),
@@ -32,6 +32,31 @@ macro_rules! fire {
     }};
 }
 pub(super) use fire;
+
+/// Dispatches an event through a call: `dispatch!(call, &mut event)` evaluates to the
+/// chain's result. When every subscriber of the event's kind is a
+/// [`SyncHook`](crate::SyncHook) the hooks are called right here, with no future built
+/// or polled (`Call::dispatch_now`); otherwise the event goes through the awaited
+/// `Call::dispatch`. `dispatch!(call, &mut event, list)` does the same for the
+/// subscribers in `list` only.
+macro_rules! dispatch {
+    ($call:expr, $event:expr) => {{
+        let event: &mut $crate::hook::HookEvent = $event;
+        match $call.dispatch_now(event, None) {
+            Some(result) => result,
+            None => $call.dispatch(event).await,
+        }
+    }};
+    ($call:expr, $event:expr, $list:expr) => {{
+        let event: &mut $crate::hook::HookEvent = $event;
+        let list: &[u16] = $list;
+        match $call.dispatch_now(event, Some(list)) {
+            Some(result) => result,
+            None => $call.dispatch_list(event, list).await,
+        }
+    }};
+}
+pub(super) use dispatch;
 
 /// The internal error for an event that came back as another variant than `variant`.
 pub(super) fn changed(variant: &str) -> Error {

@@ -27,10 +27,12 @@ fn swap_chunk(ev: &mut HookEvent, chunk: ModelChunk, msg: &mut Msg) {
         HookEvent::ReasoningChunk(e) => {
             e.chunk = chunk;
             std::mem::swap(&mut e.accumulated, msg);
+            e.meta.restamp();
         }
         HookEvent::SummaryChunk(e) => {
             e.chunk = chunk;
             std::mem::swap(&mut e.accumulated, msg);
+            e.meta.restamp();
         }
         _ => {}
     }
@@ -258,7 +260,7 @@ impl Call<'_> {
                 });
                 swap_chunk(ev, chunk, &mut msg);
                 // Notification event: failures are logged by the chain.
-                let _ = self.dispatch(ev).await;
+                let _ = super::fire::dispatch!(self, ev);
                 swap_back(ev, &mut msg);
             }
         }

@@ -279,6 +279,29 @@ impl Call<'_> {
         result
     }
 
+    /// [`Call::dispatch`] without a future, when every subscriber of the event's kind
+    /// is a sync hook: the chain's result, or `None` (nothing called) when some
+    /// subscriber is an `async fn` hook and the event must be awaited instead. With
+    /// `list`, only those subscribers are called (see [`Call::dispatch_list`]). Used
+    /// through the `dispatch!` macro, which falls back to the awaited path.
+    #[inline]
+    pub(super) fn dispatch_now(
+        &self,
+        event: &mut HookEvent,
+        list: Option<&[u16]>,
+    ) -> Option<Result<(), Error>> {
+        let chain = &self.agent.chain;
+        if !chain.is_sync(event.kind()) {
+            return None;
+        }
+        let result = match list {
+            None => chain.dispatch_sync(event),
+            Some(list) => chain.dispatch_sync_list(event, list),
+        };
+        self.keep_trail(event);
+        Some(result)
+    }
+
     /// [`Call::dispatch`] to the subscribers in `list` only (a subsequence of the
     /// event kind's subscribers).
     pub(super) async fn dispatch_list(
@@ -297,20 +320,25 @@ impl Call<'_> {
     }
 
     /// Moves the decisions hooks made during a dispatch to the call's trail.
+    #[inline]
     pub(super) fn keep_trail(&self, event: &mut HookEvent) {
-        if self.meta.mode.on {
-            let made = std::mem::take(&mut event.meta_mut().trail);
-            if !made.is_empty() {
-                for d in &made {
-                    crate::hook::emit_decision(d);
-                }
-                self.forward(&made);
-                self.trail
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .extend(made);
-            }
+        // Most dispatches decide nothing: checked without touching the call's lock.
+        if self.meta.mode.on && !event.meta().trail.is_empty() {
+            self.keep_made(std::mem::take(&mut event.meta_mut().trail));
         }
+    }
+
+    /// [`Call::keep_trail`]'s work when a dispatch recorded decisions.
+    #[cold]
+    fn keep_made(&self, made: Vec<Decision>) {
+        for d in &made {
+            crate::hook::emit_decision(d);
+        }
+        self.forward(&made);
+        self.trail
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(made);
     }
 
     /// With [`StreamRelease::AfterAcceptance`](super::StreamRelease::AfterAcceptance):
@@ -470,15 +498,15 @@ impl Call<'_> {
             Messages::from_parts(self.system.clone(), memory.shared(), self.retracted.clone());
         let mut options = self.request_options();
         if self.wants(EventKind::PreReasoning) {
-            let (changed, boxed) = fire!(self, PreReasoning(PreReasoningEvent {
+            let (changed, changed_options) = fire!(self, PreReasoning(PreReasoningEvent {
                 meta: self.meta.clone(),
                 messages,
-                options: Box::new(options),
+                options,
                 tool_names: Arc::clone(&agent.tool_names),
                 iteration,
             }) => { messages, options });
             messages = changed;
-            options = *boxed;
+            options = changed_options;
         }
         // Shared with the agent (one refcount), unless the delegation tool lists the
         // subagents known now.
@@ -584,14 +612,14 @@ impl Call<'_> {
         );
         let mut options = self.request_options();
         if self.wants(EventKind::PreSummary) {
-            let (changed, boxed) = fire!(self, PreSummary(PreSummaryEvent {
+            let (changed, changed_options) = fire!(self, PreSummary(PreSummaryEvent {
                 meta: self.meta.clone(),
                 messages,
-                options: Box::new(options),
+                options,
                 max_iters: agent.max_iters,
             }) => { messages, options });
             messages = changed;
-            options = *boxed;
+            options = changed_options;
         }
         let request = ModelRequest {
             messages,

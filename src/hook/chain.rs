@@ -1,5 +1,6 @@
 //! The priority chain: deduplication, ordering, interest lists and guarded dispatch.
 
+use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use crate::error::{BuildError, Error, HookFailure};
 
 use super::erase::{ErasedHook, RegisteredHook};
 use super::meta::HookLabel;
-use super::{EventKind, FailurePolicy, HookEvent, Interest};
+use super::{EventKind, FailurePolicy, HookEvent, Interest, SyncHook};
 
 /// A hook with the settings read from it once, at build time.
 #[derive(Clone)]
@@ -47,6 +48,45 @@ pub(crate) struct HookChain {
     by_kind: [Vec<u16>; 12],
     /// For each [`EventKind`], whether all its subscribers are sync hooks.
     sync_only: [bool; 12],
+    /// For each [`EventKind`], its subscribers ready to call, in dispatch order
+    /// (position `i` is entry `by_kind[kind][i]`): a dispatch walks one contiguous
+    /// slice instead of indexing the entries and re-reading each one's settings.
+    runs: [Box<[Slot]>; 12],
+    /// For each [`EventKind`] whose subscribers are all sync hooks, the same list as
+    /// bare trait objects (empty for the other kinds): the tightest loop, for the
+    /// dispatch that needs no future.
+    sync_runs: [Box<[SyncSlot]>; 12],
+}
+
+/// A sync subscriber of a sync-only event kind, ready to call.
+#[derive(Clone)]
+struct SyncSlot {
+    /// The hook's entry index (what the event records as the hook being called).
+    index: u16,
+    hook: Arc<dyn SyncHook>,
+}
+
+impl SyncSlot {
+    /// The slot of a sync hook; `None` for an async one.
+    fn of(slot: &Slot) -> Option<Self> {
+        match &slot.hook {
+            ErasedHook::Sync(hook) => Some(Self {
+                index: slot.index,
+                hook: Arc::clone(hook),
+            }),
+            ErasedHook::Async(_) => None,
+        }
+    }
+}
+
+/// A subscriber of one event kind, ready to call.
+#[derive(Clone)]
+struct Slot {
+    /// The hook's entry index (what the event records as the hook being called).
+    index: u16,
+    hook: ErasedHook,
+    /// The limit of one call of the hook (always `None` for a sync hook).
+    timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for HookChain {
@@ -111,6 +151,21 @@ impl HookChain {
                 .iter()
                 .all(|&i| entries[usize::from(i)].is_sync())
         });
+        let runs: [Box<[Slot]>; 12] = EventKind::ALL.map(|kind| {
+            by_kind[kind as usize]
+                .iter()
+                .map(|&index| slot(&entries, index))
+                .collect()
+        });
+        let sync_runs = EventKind::ALL.map(|kind| {
+            let slots: Vec<SyncSlot> = runs[kind as usize].iter().map_while(SyncSlot::of).collect();
+            // All or nothing: a kind with an async subscriber has no sync list.
+            if slots.len() == runs[kind as usize].len() {
+                slots.into_boxed_slice()
+            } else {
+                Box::default()
+            }
+        });
         let labels = entries
             .iter()
             .map(|e| HookLabel {
@@ -123,6 +178,8 @@ impl HookChain {
             labels,
             by_kind,
             sync_only,
+            runs,
+            sync_runs,
         })
     }
 
@@ -163,14 +220,25 @@ impl HookChain {
     /// cheaper through [`HookChain::dispatch_sync`] (the caller checks
     /// [`HookChain::is_sync`]: awaiting even a ready future costs a state machine).
     pub(crate) async fn dispatch(&self, event: &mut HookEvent) -> Result<(), Error> {
-        let list = &self.by_kind[event.kind() as usize];
-        self.dispatch_list(event, list).await
+        let slots = &self.runs[event.kind() as usize];
+        self.dispatch_slots(event, slots).await
     }
 
     /// The subscribers of `kind` (entry indexes), in dispatch order.
     #[inline]
     pub(crate) fn subscribers(&self, kind: EventKind) -> &[u16] {
         &self.by_kind[kind as usize]
+    }
+
+    /// The slots of the entries in `list`, a subsequence of the subscribers of `kind`:
+    /// borrowed when it is all of them (the common case), built otherwise.
+    fn slots_of(&self, kind: EventKind, list: &[u16]) -> Cow<'_, [Slot]> {
+        let all = &self.runs[kind as usize];
+        if list.len() == all.len() {
+            Cow::Borrowed(all)
+        } else {
+            Cow::Owned(list.iter().map(|&i| slot(&self.entries, i)).collect())
+        }
     }
 
     /// [`HookChain::dispatch`] over `list`, a subsequence of the subscribers of the
@@ -181,18 +249,23 @@ impl HookChain {
         event: &mut HookEvent,
         list: &[u16],
     ) -> Result<(), Error> {
-        restamp(event);
+        let slots = self.slots_of(event.kind(), list);
+        self.dispatch_slots(event, &slots).await
+    }
+
+    /// [`HookChain::dispatch`] over `slots`.
+    async fn dispatch_slots(&self, event: &mut HookEvent, slots: &[Slot]) -> Result<(), Error> {
         let mut from = 0;
-        while from < list.len() {
-            let run = AssertUnwindSafe(self.run_hooks(event, list, from))
+        while from < slots.len() {
+            let run = AssertUnwindSafe(self.run_hooks(event, slots, from))
                 .catch_unwind()
                 .await;
             let failed = match run {
                 Ok(None) => break,
                 Ok(Some(failed)) => failed,
-                Err(payload) => self.panicked(event, list, from, &*payload),
+                Err(payload) => panicked(event, slots, from, &*payload),
             };
-            from = self.handle_failure(event, list, failed)?;
+            from = self.handle_failure(event, slots, failed)?;
         }
         event.meta_mut().current = None;
         Ok(())
@@ -202,8 +275,8 @@ impl HookChain {
     /// [`HookChain::is_sync`]): a plain call, same ordering, failure handling and panic
     /// attribution.
     pub(crate) fn dispatch_sync(&self, event: &mut HookEvent) -> Result<(), Error> {
-        let list = &self.by_kind[event.kind() as usize];
-        self.dispatch_sync_list(event, list)
+        let kind = event.kind() as usize;
+        self.guarded_sync(event, &self.runs[kind], &self.sync_runs[kind])
     }
 
     /// [`HookChain::dispatch_sync`] over `list` (see [`HookChain::dispatch_list`]).
@@ -212,42 +285,37 @@ impl HookChain {
         event: &mut HookEvent,
         list: &[u16],
     ) -> Result<(), Error> {
-        restamp(event);
+        let kind = event.kind();
+        let slots = self.slots_of(kind, list);
+        let sync = match &slots {
+            Cow::Borrowed(_) => Cow::Borrowed(&*self.sync_runs[kind as usize]),
+            // Position for position: every subscriber of a sync-only kind is sync.
+            Cow::Owned(slots) => Cow::Owned(slots.iter().filter_map(SyncSlot::of).collect()),
+        };
+        self.guarded_sync(event, &slots, &sync)
+    }
+
+    /// Calls `sync` (the sync hooks of `slots`, position for position) under one
+    /// unwind guard, resuming after a failure that does not abort.
+    #[inline]
+    fn guarded_sync(
+        &self,
+        event: &mut HookEvent,
+        slots: &[Slot],
+        sync: &[SyncSlot],
+    ) -> Result<(), Error> {
         let mut from = 0;
-        while from < list.len() {
-            let run =
-                std::panic::catch_unwind(AssertUnwindSafe(|| self.run_sync(event, list, from)));
+        while from < sync.len() {
+            let run = std::panic::catch_unwind(AssertUnwindSafe(|| run_sync(event, sync, from)));
             let failed = match run {
-                Ok(SyncRun::Done) => break,
-                Ok(SyncRun::Failed(at, failure)) => (at, failure),
-                // Cannot happen: every subscriber of a sync-only kind is sync (both
-                // computed from the same entries at build).
-                Ok(SyncRun::Async(at)) => {
-                    from = at + 1;
-                    continue;
-                }
-                Err(payload) => self.panicked(event, list, from, &*payload),
+                Ok(None) => break,
+                Ok(Some(failed)) => failed,
+                Err(payload) => panicked(event, slots, from, &*payload),
             };
-            from = self.handle_failure(event, list, failed)?;
+            from = self.handle_failure(event, slots, failed)?;
         }
         event.meta_mut().current = None;
         Ok(())
-    }
-
-    /// The failure of the hook that was running when a panic was caught.
-    fn panicked(
-        &self,
-        event: &mut HookEvent,
-        list: &[u16],
-        from: usize,
-        payload: &(dyn std::any::Any + Send),
-    ) -> (usize, HookFailure) {
-        let current = event.meta_mut().current;
-        let at = list
-            .iter()
-            .position(|&i| Some(i) == current)
-            .unwrap_or(from);
-        (at, HookFailure::Panic(crate::util::panic_message(payload)))
     }
 
     /// Logs an ignorable failure and returns where dispatch resumes, or returns the
@@ -255,11 +323,11 @@ impl HookChain {
     fn handle_failure(
         &self,
         event: &mut HookEvent,
-        list: &[u16],
+        slots: &[Slot],
         (at, failure): (usize, HookFailure),
     ) -> Result<usize, Error> {
         let kind = event.kind();
-        let entry = &self.entries[usize::from(list[at])];
+        let entry = &self.entries[usize::from(slots[at].index)];
         #[cfg(feature = "metrics")]
         super::decision::hook_error_metric(&entry.name, kind.as_str());
         if kind.is_notification() || entry.policy == FailurePolicy::Ignore {
@@ -276,72 +344,105 @@ impl HookChain {
         }
     }
 
-    /// Runs the hooks at `list[from..]` (entry indexes) in order until one fails;
-    /// returns the failing hook's position in `list` and its failure, or `None` when
-    /// all succeeded. A panic unwinds out of this future to [`HookChain::dispatch`].
+    /// Runs the hooks at `slots[from..]` in order until one fails; returns the failing
+    /// hook's position and its failure, or `None` when all succeeded. A panic unwinds
+    /// out of this future to [`HookChain::dispatch`].
     async fn run_hooks(
         &self,
         event: &mut HookEvent,
-        list: &[u16],
+        slots: &[Slot],
         from: usize,
     ) -> Option<(usize, HookFailure)> {
         let mut pos = from;
         loop {
-            let &i = list.get(pos)?;
-            if self.entries[usize::from(i)].is_sync() {
+            let slot = slots.get(pos)?;
+            let hook = match &slot.hook {
+                ErasedHook::Async(hook) => hook,
                 // Runs of sync hooks go through a plain loop (its state stays in
                 // registers); only an async hook makes this future suspend.
-                pos = match self.run_sync(event, list, pos) {
-                    SyncRun::Done => return None,
-                    SyncRun::Failed(at, failure) => return Some((at, failure)),
-                    SyncRun::Async(at) => at,
-                };
-            }
-            let at = pos;
-            let entry = &self.entries[usize::from(list[at])];
-            event.meta_mut().current = Some(list[at]);
-            let fut = match entry.hook() {
-                ErasedHook::Async(hook) => hook.on_event_erased(event),
-                // Unreachable (`run_sync` ran every sync hook up to here), and correct
-                // anyway: a sync hook's outcome as a ready future.
-                ErasedHook::Sync(hook) => {
-                    stackfuture::StackFuture::from_or_box(std::future::ready(hook.on_event(event)))
+                ErasedHook::Sync(_) => {
+                    pos = match run_sync_mixed(event, slots, pos) {
+                        SyncRun::Done => return None,
+                        SyncRun::Failed(at, failure) => return Some((at, failure)),
+                        SyncRun::Async(at) => at,
+                    };
+                    continue;
                 }
             };
-            let outcome = match entry.timeout {
-                None => fut.await.map_err(HookFailure::error),
-                Some(limit) => match tokio::time::timeout(limit, fut).await {
+            event.meta_mut().current = Some(slot.index);
+            // The future is built where it is awaited (no `let`): moving it there
+            // after building it was a copy per hook.
+            let outcome = match slot.timeout {
+                None => hook
+                    .on_event_erased(event)
+                    .await
+                    .map_err(HookFailure::error),
+                Some(limit) => match tokio::time::timeout(limit, hook.on_event_erased(event)).await
+                {
                     Ok(outcome) => outcome.map_err(HookFailure::error),
                     Err(_) => Err(HookFailure::Timeout(limit)),
                 },
             };
             if let Err(failure) = outcome {
-                return Some((at, failure));
+                return Some((pos, failure));
             }
-            pos = at + 1;
+            pos += 1;
         }
-    }
-
-    /// Calls the sync hooks of `list[from..]` until the first async hook, a failure
-    /// or the end.
-    fn run_sync(&self, event: &mut HookEvent, list: &[u16], from: usize) -> SyncRun {
-        for (at, &i) in list.iter().enumerate().skip(from) {
-            let ErasedHook::Sync(hook) = self.entries[usize::from(i)].hook() else {
-                return SyncRun::Async(at);
-            };
-            event.meta_mut().current = Some(i);
-            if let Err(e) = hook.on_event(event) {
-                return SyncRun::Failed(at, HookFailure::error(e));
-            }
-        }
-        SyncRun::Done
     }
 }
 
-/// Gives an event a fresh timestamp for this dispatch (a chunk event object is reused
-/// for every chunk).
-fn restamp(event: &mut HookEvent) {
-    event.meta_mut().stamp = std::sync::OnceLock::new();
+/// The slot of entry `index`.
+fn slot(entries: &[HookEntry], index: u16) -> Slot {
+    let entry = &entries[usize::from(index)];
+    Slot {
+        index,
+        hook: entry.registered.hook.clone(),
+        timeout: entry.timeout,
+    }
+}
+
+/// The failure of the hook that was running when a panic was caught.
+fn panicked(
+    event: &mut HookEvent,
+    slots: &[Slot],
+    from: usize,
+    payload: &(dyn std::any::Any + Send),
+) -> (usize, HookFailure) {
+    let current = event.meta_mut().current;
+    let at = slots
+        .iter()
+        .position(|s| Some(s.index) == current)
+        .unwrap_or(from);
+    (at, HookFailure::Panic(crate::util::panic_message(payload)))
+}
+
+/// Calls the hooks of `sync[from..]` in order until one fails; returns its position
+/// and failure, or `None` when all succeeded.
+#[inline]
+fn run_sync(event: &mut HookEvent, sync: &[SyncSlot], from: usize) -> Option<(usize, HookFailure)> {
+    for (at, slot) in sync.iter().enumerate().skip(from) {
+        event.meta_mut().current = Some(slot.index);
+        if let Err(e) = slot.hook.on_event(event) {
+            return Some((at, HookFailure::error(e)));
+        }
+    }
+    None
+}
+
+/// Calls the sync hooks of `slots[from..]` (a kind with async subscribers too) until
+/// the first async hook, a failure or the end.
+#[inline]
+fn run_sync_mixed(event: &mut HookEvent, slots: &[Slot], from: usize) -> SyncRun {
+    for (at, slot) in slots.iter().enumerate().skip(from) {
+        let ErasedHook::Sync(hook) = &slot.hook else {
+            return SyncRun::Async(at);
+        };
+        event.meta_mut().current = Some(slot.index);
+        if let Err(e) = hook.on_event(event) {
+            return SyncRun::Failed(at, HookFailure::error(e));
+        }
+    }
+    SyncRun::Done
 }
 
 /// Where a run of sync hooks stopped.

@@ -127,8 +127,7 @@ impl PreCallEvent {
 pub struct PreSummaryEvent {
     pub(crate) meta: EventMeta,
     pub(crate) messages: Messages,
-    /// Boxed, as in [`PreReasoningEvent`](super::PreReasoningEvent).
-    pub(crate) options: Box<GenerateOptions>,
+    pub(crate) options: GenerateOptions,
     pub(crate) max_iters: u32,
 }
 

@@ -93,6 +93,16 @@ impl EventMeta {
         }
     }
 
+    /// Clears the timestamp of an event object that is dispatched again (a chunk
+    /// event reused for the next chunk, another `PreActing` pass): the next request
+    /// reads the clock. A new event starts without one.
+    #[inline]
+    pub(crate) fn restamp(&mut self) {
+        if self.stamp.get().is_some() {
+            self.stamp = OnceLock::new();
+        }
+    }
+
     /// The event's timestamp (see [`HookEvent::timestamp`]).
     #[inline]
     pub(crate) fn timestamp(&self) -> Instant {

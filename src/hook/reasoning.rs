@@ -15,9 +15,7 @@ use super::meta::EventMeta;
 pub struct PreReasoningEvent {
     pub(crate) meta: EventMeta,
     pub(crate) messages: Messages,
-    /// Boxed: the options are the largest payload of any event (360 bytes), and every
-    /// event moves through the chain by value; boxing them halves `HookEvent`.
-    pub(crate) options: Box<GenerateOptions>,
+    pub(crate) options: GenerateOptions,
     pub(crate) tool_names: Arc<[String]>,
     pub(crate) iteration: u32,
 }

@@ -247,3 +247,34 @@ async fn every_hook_of_one_event_sees_the_same_timestamp_and_each_chunk_gets_its
     let all: Vec<_> = seen.chunks(2).map(|p| p[0].1).collect();
     assert!(all.windows(2).all(|w| w[1] > w[0]), "{all:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn each_pre_acting_pass_is_stamped_anew() {
+    let log = Log::default();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let model = tool_turns();
+    let agent = builder(&model)
+        .toolkit(toolkit_with(vec![add_tool(&log)]))
+        // Runs first and sleeps: the rewrite after it sends the call back to it for a
+        // second pass, 5 ms later.
+        .hook(Stamps {
+            seen: seen.clone(),
+            priority: 1,
+        })
+        .hook(SyncRecorder {
+            set_b: Some(5),
+            ..SyncRecorder::new("rewriter", 20, &log)
+        })
+        .build()
+        .unwrap();
+    agent.call(Msg::user("1+2")).await.unwrap();
+    let passes: Vec<_> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(kind, _)| *kind == EventKind::PreActing)
+        .map(|(_, stamp)| *stamp)
+        .collect();
+    assert_eq!(passes.len(), 2, "{passes:?}");
+    assert!(passes[1] > passes[0], "{passes:?}");
+}
