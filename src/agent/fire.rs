@@ -33,18 +33,23 @@ macro_rules! fire {
 }
 pub(super) use fire;
 
-/// Dispatches an event through a call: `dispatch!(call, &mut event)` evaluates to the
-/// chain's result. When every subscriber of the event's kind is a
-/// [`SyncHook`](crate::SyncHook) the hooks are called right here, with no future built
-/// or polled (`Call::dispatch_now`); otherwise the event goes through the awaited
-/// `Call::dispatch`. `dispatch!(call, &mut event, list)` does the same for the
+/// Dispatches an event through a call (the decisions hooks made kept for the
+/// outcome): `dispatch!(call, &mut event)` evaluates to the chain's result. When
+/// every subscriber of the event's kind is a [`SyncHook`](crate::SyncHook) the hooks
+/// are called right here, with no future built or polled (`Call::dispatch_now`);
+/// otherwise the chain's dispatch future is awaited here, with no wrapping future of
+/// the call's own. `dispatch!(call, &mut event, list)` does the same for the
 /// subscribers in `list` only.
 macro_rules! dispatch {
     ($call:expr, $event:expr) => {{
         let event: &mut $crate::hook::HookEvent = $event;
         match $call.dispatch_now(event, None) {
             Some(result) => result,
-            None => $call.dispatch(event).await,
+            None => {
+                let result = $call.agent.chain.dispatch(event).await;
+                $call.keep_trail(event);
+                result
+            }
         }
     }};
     ($call:expr, $event:expr, $list:expr) => {{
@@ -52,7 +57,11 @@ macro_rules! dispatch {
         let list: &[u16] = $list;
         match $call.dispatch_now(event, Some(list)) {
             Some(result) => result,
-            None => $call.dispatch_list(event, list).await,
+            None => {
+                let result = $call.agent.chain.dispatch_list(event, list).await;
+                $call.keep_trail(event);
+                result
+            }
         }
     }};
 }

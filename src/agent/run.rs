@@ -266,24 +266,13 @@ impl AgentInner {
 }
 
 impl Call<'_> {
-    /// Dispatches an event; decisions hooks made are emitted on the current span and
-    /// kept for the outcome.
-    pub(super) async fn dispatch(&self, event: &mut HookEvent) -> Result<(), Error> {
-        let chain = &self.agent.chain;
-        let result = if chain.is_sync(event.kind()) {
-            chain.dispatch_sync(event)
-        } else {
-            chain.dispatch(event).await
-        };
-        self.keep_trail(event);
-        result
-    }
-
-    /// [`Call::dispatch`] without a future, when every subscriber of the event's kind
-    /// is a sync hook: the chain's result, or `None` (nothing called) when some
+    /// Dispatches an event without a future, when every subscriber of the event's kind
+    /// is a sync hook: the chain's result (the decisions hooks made emitted on the
+    /// current span and kept for the outcome), or `None` (nothing called) when some
     /// subscriber is an `async fn` hook and the event must be awaited instead. With
-    /// `list`, only those subscribers are called (see [`Call::dispatch_list`]). Used
-    /// through the `dispatch!` macro, which falls back to the awaited path.
+    /// `list`, only those subscribers are called (a subsequence of the kind's
+    /// subscribers). Used through the `dispatch!` macro, which falls back to the
+    /// awaited path.
     #[inline]
     pub(super) fn dispatch_now(
         &self,
@@ -300,23 +289,6 @@ impl Call<'_> {
         };
         self.keep_trail(event);
         Some(result)
-    }
-
-    /// [`Call::dispatch`] to the subscribers in `list` only (a subsequence of the
-    /// event kind's subscribers).
-    pub(super) async fn dispatch_list(
-        &self,
-        event: &mut HookEvent,
-        list: &[u16],
-    ) -> Result<(), Error> {
-        let chain = &self.agent.chain;
-        let result = if chain.is_sync(event.kind()) {
-            chain.dispatch_sync_list(event, list)
-        } else {
-            chain.dispatch_list(event, list).await
-        };
-        self.keep_trail(event);
-        result
     }
 
     /// Moves the decisions hooks made during a dispatch to the call's trail.

@@ -219,9 +219,15 @@ impl HookChain {
     /// Correct for every event; an event whose subscribers are all sync hooks is
     /// cheaper through [`HookChain::dispatch_sync`] (the caller checks
     /// [`HookChain::is_sync`]: awaiting even a ready future costs a state machine).
-    pub(crate) async fn dispatch(&self, event: &mut HookEvent) -> Result<(), Error> {
+    ///
+    /// Not an `async fn` itself: it returns the dispatch future, so awaiting it is one
+    /// state machine, not two.
+    pub(crate) fn dispatch<'a>(
+        &'a self,
+        event: &'a mut HookEvent,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
         let slots = &self.runs[event.kind() as usize];
-        self.dispatch_slots(event, slots).await
+        self.dispatch_slots(event, slots)
     }
 
     /// The subscribers of `kind` (entry indexes), in dispatch order.
