@@ -64,14 +64,25 @@ impl Inner {
 
     /// The international, NANP or SSN candidate around the digit run `s..e`, tried when
     /// the Chinese kinds found nothing there.
+    ///
+    /// Inlined: most digit runs (every one in `1 1 1…`) are neither after a `+` nor
+    /// three digits long, and this check then costs a few instructions instead of the
+    /// frame of the detectors behind it.
+    #[inline]
     pub(super) fn intl_at(&self, text: &str, s: usize, e: usize) -> Option<Candidate> {
-        let b = text.as_bytes();
-        if s > 0 && b[s - 1] == b'+' {
-            return self.phone_at(text, s);
+        let plus = s > 0 && text.as_bytes().get(s - 1) == Some(&b'+');
+        if plus {
+            self.phone_at(text, s)
+        } else if e - s == 3 {
+            self.ssn_or_nanp_at(text, s, e)
+        } else {
+            None
         }
-        if e - s != 3 {
-            return None;
-        }
+    }
+
+    /// [`Inner::intl_at`] for a run of three digits not after a `+`.
+    #[inline(never)]
+    fn ssn_or_nanp_at(&self, text: &str, s: usize, e: usize) -> Option<Candidate> {
         self.ssn_at(text, s, e).or_else(|| self.nanp_at(text, s, e))
     }
 
@@ -79,6 +90,7 @@ impl Inner {
     /// space, `-` or `.` between them; the group after the country code may be in
     /// parentheses) whose digits form
     /// a plausible number ([`phone_digits_ok`]).
+    #[inline(never)]
     fn phone_at(&self, text: &str, s: usize) -> Option<Candidate> {
         if !self.enabled.on(KindId::Phone) {
             return None;
