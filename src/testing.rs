@@ -200,7 +200,7 @@ impl HookHarness {
         HookEvent::PreReasoning(PreReasoningEvent {
             meta: self.meta(),
             messages: messages.into(),
-            options,
+            options: Box::new(options),
             tool_names: tool_names.into(),
             iteration: 0,
         })
@@ -263,7 +263,7 @@ impl HookHarness {
         HookEvent::PreSummary(PreSummaryEvent {
             meta: self.meta(),
             messages: messages.into(),
-            options,
+            options: Box::new(options),
             max_iters,
         })
     }

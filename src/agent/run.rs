@@ -473,12 +473,12 @@ impl Call<'_> {
             let (changed, changed_options) = fire!(self, PreReasoning(PreReasoningEvent {
                 meta: self.meta.clone(),
                 messages,
-                options,
+                options: Box::new(options),
                 tool_names: Arc::clone(&agent.tool_names),
                 iteration,
             }) => { messages, options });
             messages = changed;
-            options = changed_options;
+            options = *changed_options;
         }
         // Shared with the agent (one refcount), unless the delegation tool lists the
         // subagents known now.
@@ -587,11 +587,11 @@ impl Call<'_> {
             let (changed, changed_options) = fire!(self, PreSummary(PreSummaryEvent {
                 meta: self.meta.clone(),
                 messages,
-                options,
+                options: Box::new(options),
                 max_iters: agent.max_iters,
             }) => { messages, options });
             messages = changed;
-            options = changed_options;
+            options = *changed_options;
         }
         let request = ModelRequest {
             messages,

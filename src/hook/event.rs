@@ -127,7 +127,8 @@ impl PreCallEvent {
 pub struct PreSummaryEvent {
     pub(crate) meta: EventMeta,
     pub(crate) messages: Messages,
-    pub(crate) options: GenerateOptions,
+    /// Boxed, as in [`PreReasoningEvent`](super::PreReasoningEvent).
+    pub(crate) options: Box<GenerateOptions>,
     pub(crate) max_iters: u32,
 }
 

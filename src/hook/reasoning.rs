@@ -15,7 +15,12 @@ use super::meta::EventMeta;
 pub struct PreReasoningEvent {
     pub(crate) meta: EventMeta,
     pub(crate) messages: Messages,
-    pub(crate) options: GenerateOptions,
+    /// Boxed: the options are the largest payload of any event (360 bytes). Events
+    /// are built in place and taken apart by field, but an event dispatched to
+    /// `async fn` hooks lives in the call's future while they run, and moves with it:
+    /// measured, the box (one allocation) costs fewer instructions per call than
+    /// the moves of inline options (callgrind, 10 `async fn` hooks: 55.5k vs 57k).
+    pub(crate) options: Box<GenerateOptions>,
     pub(crate) tool_names: Arc<[String]>,
     pub(crate) iteration: u32,
 }
