@@ -10,8 +10,10 @@
 //! memory is its own. Ratios compare measurements interleaved in this run. The last
 //! line is machine-readable:
 //! `w1_us= hooks10_ratio= synchooks10_ratio= production_ratio= history1000_ratio=
-//! unsubscribed_ns= w2_rss_mb= session_bytes=`, then the other figures (allocations
-//! per call, the scale figures below), where `hooks10_ratio` is the `async fn` hooks'
+//! unsubscribed_ns= w2_rss_mb= session_bytes=`, then the other figures (the scale
+//! figures below, streaming, masking, and the hooks' absolute cost:
+//! `hooks10_added_us= synchooks10_added_us= production_added_us=`, the µs each set
+//! adds to a W1 call in this run), where `hooks10_ratio` is the `async fn` hooks'
 //! ratio (the conservative one).
 //!
 //! Allocations per W1 call are not counted here (a counting allocator would slow
@@ -516,7 +518,8 @@ fn main() {
          sessions_rss_mb={:.1} \
          last_session_ratio={:.2} calls_per_s={:.0} p99_us={:.1} \
          production_calls_per_s={:.0} production_p99_us={:.1} chunk_ns={:.1} \
-         observed_chunk_ns={:.1} masked_chunk_ns={:.1} mask_mb_s={:.0} mask_worst_mb_s={:.0}",
+         observed_chunk_ns={:.1} masked_chunk_ns={:.1} mask_mb_s={:.0} mask_worst_mb_s={:.0} \
+         hooks10_added_us={:.2} synchooks10_added_us={:.2} production_added_us={:.2}",
         w1[0],
         w1[1] / w1[0],
         w1[2] / w1[0],
@@ -536,5 +539,8 @@ fn main() {
         chunk[2],
         mask,
         worst_digits.min(worst_email),
+        w1[1] - w1[0],
+        w1[2] - w1[0],
+        w1[3] - w1[0],
     );
 }
