@@ -147,5 +147,6 @@ pub use subagent::{
 pub use subagent::{SubagentWorkspace, WorkspaceMode};
 pub use tool::SharedTool;
 pub use tool::{
-    FunctionTool, IntoTool, Tool, ToolContext, ToolError, ToolSchema, Toolkit, ToolkitError,
+    EffectClass, FunctionTool, IntoTool, Tool, ToolContext, ToolError, ToolSchema, Toolkit,
+    ToolkitError,
 };

@@ -33,7 +33,10 @@ use serde_json::Value;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use super::approvals::{ApprovalDecision, ApprovalDecisions};
+use super::effects::Prior;
 use super::fire::{changed, fire};
+use super::journal::Entry;
 use super::memory::CallMemory;
 use super::run::{Call, emit};
 use super::stream::AgentEvent;
@@ -45,7 +48,7 @@ use crate::hook::{
 };
 use crate::message::{Msg, ToolResult, ToolUse};
 use crate::model::accumulate::normalize_arguments;
-use crate::tool::{ProgressChunk, ToolContext, ToolSchema, expects};
+use crate::tool::{EffectClass, ProgressChunk, ToolContext, ToolSchema, expects};
 use crate::util::panic_message;
 
 /// How many `PreActing` passes a call may take before the hooks are considered not to
@@ -62,6 +65,10 @@ pub(super) enum Acted {
     /// A delegation call was suspended (its subagent waits for a human): the turn's
     /// assistant message, listing the waiting calls in its metadata.
     Suspended(Msg),
+    /// Nothing ran: a call is stored as waiting for a human without a decision, or an
+    /// earlier attempt left a call whose outcome is unknown. The turn's assistant
+    /// message listing them, and the stop reason.
+    Blocked(Msg, crate::context::StopReason),
 }
 
 /// What running one call gave: its result, or the calls it was suspended on.
@@ -77,6 +84,35 @@ pub(super) struct Planned {
     /// Its arguments are exactly what admission validated against the tool's schema
     /// (no hook rewrote the call): execution need not validate them again.
     pub(super) checked: bool,
+    /// Its result is known already (settled by an earlier attempt, or recorded by a
+    /// human): the tool does not run.
+    pub(super) replay: Option<ToolResult>,
+    /// Journaled: the class, the attempt and the human decision its claim consumes.
+    pub(super) journal: Option<(EffectClass, u32, Option<&'static str>)>,
+    /// Claimed before and run again ([`ToolContext::is_retry`]).
+    pub(super) retry: bool,
+    /// A delegation resuming its waiting subagent.
+    pub(super) resume_child: bool,
+}
+
+impl Planned {
+    fn new(tool_use: ToolUse) -> Self {
+        Self {
+            tool_use,
+            denial: None,
+            rejection: None,
+            checked: false,
+            replay: None,
+            journal: None,
+            retry: false,
+            resume_child: false,
+        }
+    }
+
+    /// Whether its tool runs.
+    fn runs(&self) -> bool {
+        self.rejection.is_none() && self.denial.is_none() && self.replay.is_none()
+    }
 }
 
 /// A call as the `PreActing` hooks left it.
@@ -97,8 +133,156 @@ impl Call<'_> {
     ) -> Result<Acted, Error> {
         let limit = self.agent.limits.max_tool_calls_per_turn;
         let total = uses.len();
+        let journaling = memory.journaling();
+        // What the session holds about these calls (journal, stored stop); none on an
+        // agent without a store whose turn was not stopped for a human.
+        let priors = if journaling || memory.last_metadata(super::PENDING_CALL_IDS_KEY).is_some() {
+            self.priors(memory, &uses)?
+        } else {
+            Vec::new()
+        };
+        if priors.iter().any(Prior::blocks) {
+            let (msg, reason) = self.blocked(memory, &uses, &priors);
+            return Ok(Acted::Blocked(msg, reason));
+        }
+        let decisions = priors
+            .iter()
+            .any(|p| matches!(p, Prior::Awaiting(Some(_))))
+            .then(|| self.ctx.extensions().get::<ApprovalDecisions>())
+            .flatten();
+        let mut priors = priors.into_iter();
         let mut planned = Vec::with_capacity(uses.len());
         for (n, mut tool_use) in uses.into_iter().enumerate() {
+            let mut human = None;
+            match priors.next().unwrap_or(Prior::Fresh) {
+                Prior::Fresh => {}
+                Prior::Replay(result) => {
+                    self.note_runtime(
+                        DecisionKind::EffectReplayed,
+                        "tool_result",
+                        "settled",
+                        "an earlier attempt ran this call and settled its result; replayed, not run again",
+                        &tool_use.id,
+                    );
+                    planned.push(Planned {
+                        replay: Some(result),
+                        ..Planned::new(tool_use)
+                    });
+                    continue;
+                }
+                Prior::Resolved(result, class, attempt) => {
+                    self.note_runtime(
+                        DecisionKind::HumanDecision,
+                        "tool_result",
+                        if result.is_error {
+                            "deny"
+                        } else {
+                            "record_outcome"
+                        },
+                        "a human resolved a call whose outcome was unknown",
+                        &tool_use.id,
+                    );
+                    planned.push(Planned {
+                        replay: Some(result),
+                        journal: Some((class, attempt, Some("resolved"))),
+                        ..Planned::new(tool_use)
+                    });
+                    continue;
+                }
+                Prior::Rerun {
+                    class,
+                    attempt,
+                    resume_child,
+                    decision,
+                } => {
+                    if let Some(d) = decision {
+                        self.note_runtime(
+                            DecisionKind::HumanDecision,
+                            "tool_use",
+                            d,
+                            "a human chose to retry a call whose outcome was unknown (same idempotency key)",
+                            &tool_use.id,
+                        );
+                    }
+                    planned.push(Planned {
+                        journal: Some((class, attempt, decision)),
+                        retry: true,
+                        resume_child,
+                        ..Planned::new(tool_use)
+                    });
+                    continue;
+                }
+                Prior::Awaiting(_) => {
+                    match decisions.as_deref().and_then(|d| d.apply(&tool_use)) {
+                        Some(ApprovalDecision::Deny(reason)) => {
+                            self.note_runtime(
+                                DecisionKind::HumanDecision,
+                                "tool_use",
+                                "deny",
+                                &reason,
+                                &tool_use.id,
+                            );
+                            planned.push(Planned {
+                                denial: Some(reason),
+                                ..Planned::new(tool_use)
+                            });
+                            continue;
+                        }
+                        Some(ApprovalDecision::RecordOutcome(text)) => {
+                            self.note_runtime(
+                                DecisionKind::HumanDecision,
+                                "tool_result",
+                                "record_outcome",
+                                "a human recorded the result of a call waiting for approval; not run",
+                                &tool_use.id,
+                            );
+                            let result = ToolResult::new(&tool_use.id, &tool_use.name, text);
+                            planned.push(Planned {
+                                replay: Some(result),
+                                ..Planned::new(tool_use)
+                            });
+                            continue;
+                        }
+                        Some(ApprovalDecision::Edit(input)) => {
+                            tool_use.input = input;
+                            memory.update_tool_use(&tool_use);
+                            human = Some("edit");
+                        }
+                        Some(d) => human = Some(d.label()),
+                        None => {
+                            // Stored as waiting for a human: it runs only with a
+                            // decision, whatever hooks this agent has.
+                            let reason = format!(
+                                "tool `{}` needs approval and no decision was given for call `{}`",
+                                tool_use.name, tool_use.id
+                            );
+                            self.note_runtime(
+                                DecisionKind::ToolDenied,
+                                "tool_use",
+                                "awaiting_approval",
+                                &reason,
+                                &tool_use.id,
+                            );
+                            planned.push(Planned {
+                                denial: Some(reason),
+                                ..Planned::new(tool_use)
+                            });
+                            continue;
+                        }
+                    }
+                    if let Some(d) = human {
+                        self.note_runtime(
+                            DecisionKind::HumanDecision,
+                            "tool_use",
+                            d,
+                            "a human decided on a call stored as waiting for approval",
+                            &tool_use.id,
+                        );
+                    }
+                }
+                // Blocked calls returned above.
+                Prior::Unknown(_) => continue,
+            }
             let rejection = if n >= limit {
                 Some((
                     format!(
@@ -120,23 +304,40 @@ impl Call<'_> {
                     &tool_use.id,
                 );
                 planned.push(Planned {
-                    tool_use,
-                    denial: None,
                     rejection: Some((reason, status)),
-                    checked: false,
+                    ..Planned::new(tool_use)
                 });
                 continue;
             }
+            let journal = journaling
+                .then(|| self.effect_class(&tool_use.name))
+                .filter(|c| c.is_journaled())
+                .map(|c| (c, 1, human));
             if !self.wants(EventKind::PreActing) {
                 planned.push(Planned {
-                    tool_use,
-                    denial: None,
-                    rejection: None,
                     checked: true,
+                    journal,
+                    ..Planned::new(tool_use)
                 });
                 continue;
             }
-            let e = self.pre_acting(tool_use).await?;
+            let mut e = self.pre_acting(tool_use, human.is_some()).await?;
+            if human.is_some() && e.changed && e.denial.is_none() {
+                // The human decided on the call as stored; a hook changed it since.
+                let reason = format!(
+                    "the decision for call `{}` was made for the call as it was stored; a hook \
+                     changed the call after it was decided, so it was not run",
+                    e.tool_use.id
+                );
+                self.note_runtime(
+                    DecisionKind::ToolDenied,
+                    "tool_use",
+                    "changed_after_decision",
+                    &reason,
+                    &e.tool_use.id,
+                );
+                e.denial = Some(crate::hook::Denial { hook: None, reason });
+            }
             if e.changed {
                 memory.update_tool_use(&e.tool_use);
             }
@@ -150,17 +351,33 @@ impl Call<'_> {
                     ),
                 );
             }
+            // A rename changes the tool, and with it the class.
+            let journal = if e.changed {
+                journaling
+                    .then(|| self.effect_class(&e.tool_use.name))
+                    .filter(|c| c.is_journaled())
+                    .map(|c| (c, 1, human))
+            } else {
+                journal
+            };
             planned.push(Planned {
                 checked: !e.changed,
-                tool_use: e.tool_use,
                 denial: e.denial.map(|d| d.reason),
-                rejection: None,
+                journal,
+                ..Planned::new(e.tool_use)
             });
         }
+        // Claimed durably before any of them starts.
+        let claims: Vec<_> = planned
+            .iter()
+            .filter(|p| p.runs())
+            .filter_map(|p| p.journal.map(|(c, a, d)| (p.tool_use.id.clone(), c, a, d)))
+            .collect();
+        self.claim(memory, &claims).await?;
         for p in &planned {
             emit(self.sink, || AgentEvent::ToolCall(p.tool_use.clone()));
         }
-        let results = self.execute(&planned).await;
+        let results = self.execute(memory, &planned).await?;
         let mut stop = false;
         let mut batch = None;
         let mut waiting: Vec<Value> = Vec::new();
@@ -187,7 +404,12 @@ impl Call<'_> {
                 result
             };
             emit(self.sink, || AgentEvent::ToolResult(result.clone()));
+            let id = (journaling && (p.journal.is_some() || p.replay.is_some()))
+                .then(|| result.id.clone());
             batch = Some(memory.record_result(batch, result));
+            if let Some(id) = id {
+                self.recorded(memory, &id)?;
+            }
         }
         if suspended {
             let mut msg = memory
@@ -201,6 +423,9 @@ impl Call<'_> {
                 .iter()
                 .filter_map(|w| w.get("id").cloned())
                 .collect();
+            // Stored too: any replica reads what waits below this call from the store.
+            memory.set_last_metadata(super::PENDING_CALL_IDS_KEY, Value::Array(ids.clone()));
+            memory.set_last_metadata(super::PENDING_CALLS_KEY, Value::Array(waiting.clone()));
             msg.metadata
                 .insert(super::PENDING_CALL_IDS_KEY.to_owned(), Value::Array(ids));
             msg.metadata
@@ -280,10 +505,12 @@ impl Call<'_> {
     /// [`MAX_PRE_ACTING_PASSES`]. Returns the call as the hooks left it, their denial,
     /// and whether a hook changed it (taken out of the event field by field, never
     /// moving the whole event).
-    async fn pre_acting(&self, tool_use: ToolUse) -> Result<PreActed, Error> {
+    async fn pre_acting(&self, tool_use: ToolUse, human: bool) -> Result<PreActed, Error> {
         let chain = &self.agent.chain;
         let full = chain.subscribers(EventKind::PreActing);
-        let mut ev = HookEvent::PreActing(PreActingEvent::new(self.meta.clone(), tool_use));
+        let mut event = PreActingEvent::new(self.meta.clone(), tool_use);
+        event.human = human;
+        let mut ev = HookEvent::PreActing(event);
         let mut stale: Cow<'_, [u16]> = Cow::Borrowed(full);
         let mut passes = 0;
         loop {
@@ -404,7 +631,11 @@ impl Call<'_> {
     /// Runs the turn's calls: contiguous concurrency-safe calls together (at most the
     /// agent's tool concurrency at once), an unsafe call alone; results in call order.
     /// Progress chunks are routed to `ActingChunk` hooks while the tools run.
-    async fn execute(&self, planned: &[Planned]) -> Vec<Ran> {
+    async fn execute(
+        &self,
+        memory: &mut CallMemory,
+        planned: &[Planned],
+    ) -> Result<Vec<Ran>, Error> {
         let listen = self.wants(EventKind::ActingChunk) || self.sink.is_some();
         let (tx, mut rx): (
             Option<UnboundedSender<ProgressChunk>>,
@@ -436,6 +667,11 @@ impl Call<'_> {
                     end += 1;
                 }
             }
+            for p in &planned[start..end] {
+                if p.runs() {
+                    memory.started(&p.tool_use.id);
+                }
+            }
             let calls =
                 (start..end).map(|i| self.run_tool(&planned[i], i, tx.clone(), decisions.as_ref()));
             // `join_all` for a group within the limit (no per-future task node); a
@@ -465,10 +701,31 @@ impl Call<'_> {
                     out
                 }
             };
+            if memory.journaling() {
+                let ended: Vec<_> = planned[start..end]
+                    .iter()
+                    .zip(&group_results)
+                    .filter(|(p, _)| p.rejection.is_none() && p.denial.is_none())
+                    .filter_map(|(p, (result, pending))| {
+                        let (class, attempt, decision) = p.journal?;
+                        let entry = Entry::claimed(class, attempt, decision.map(str::to_owned));
+                        Some((entry, result.clone(), pending.is_some()))
+                    })
+                    .collect();
+                self.settle(memory, ended).await?;
+            }
             results.extend(group_results);
             start = end;
         }
-        results
+        Ok(results)
+    }
+
+    /// The effect class of the agent's tool `name` (an unknown tool never runs).
+    fn effect_class(&self, name: &str) -> EffectClass {
+        self.agent
+            .toolkit
+            .entry(name)
+            .map_or(EffectClass::AtMostOnce, |e| e.tool.effect_class())
     }
 
     fn is_concurrency_safe(&self, p: &Planned) -> bool {
@@ -591,6 +848,9 @@ impl Call<'_> {
         if let Some((text, status)) = &p.rejection {
             return (ToolResult::error(id, name, text.clone()), status);
         }
+        if let Some(result) = &p.replay {
+            return (result.clone(), "replayed");
+        }
         if let Some(reason) = &p.denial {
             let text = format!("Tool call `{name}` was denied: {reason}");
             return (ToolResult::error(id, name, text), "denied");
@@ -627,6 +887,8 @@ impl Call<'_> {
                 .map(|s| EventSink::new(s.clone())),
             suspend,
             decisions: decisions.cloned(),
+            retry: p.retry,
+            resume_child: p.resume_child,
         };
         let limit = entry.tool.timeout().unwrap_or(self.agent.tool_timeout);
         // Created inside the guarded block: a tool that panics before returning its

@@ -20,9 +20,45 @@ pub enum ApprovalDecision {
     /// Do not run it; the model receives this reason in an error result.
     Deny(String),
     /// Run it with these arguments instead (what memory records too). The tool's JSON
-    /// Schema still validates them; hooks that ran before the approval hook (the tool
-    /// guard) do not see the edit.
+    /// Schema still validates them. On a resume of a call stored as waiting for a
+    /// human, the runtime applies the edit before admission, so every `PreActing` hook
+    /// sees the edited call.
     Edit(Value),
+    /// For a call whose outcome is unknown (it started, and its result was never
+    /// recorded: [`StopReason::OutcomeUnknown`](crate::StopReason::OutcomeUnknown)): run
+    /// it again, with the same idempotency key
+    /// ([`ToolContext::idempotency_key`](crate::ToolContext::idempotency_key)). For a
+    /// call waiting for approval it means [`ApprovalDecision::Approve`].
+    Retry,
+    /// For a call whose outcome is unknown: do not run it; record this text as its
+    /// result (what a human found out, e.g. "refund 4411 was paid"). For a call waiting
+    /// for approval: do not run it, and record this text as its result.
+    RecordOutcome(String),
+}
+
+impl ApprovalDecision {
+    /// A short name for the journal, the trail and logs: `approve`, `deny`, `edit`,
+    /// `retry`, `record_outcome`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ApprovalDecision::Approve => "approve",
+            ApprovalDecision::Deny(_) => "deny",
+            ApprovalDecision::Edit(_) => "edit",
+            ApprovalDecision::Retry => "retry",
+            ApprovalDecision::RecordOutcome(_) => "record_outcome",
+        }
+    }
+
+    /// Whether this decision resolves a call whose outcome is unknown (an approval
+    /// does not: the approval that started the call must never start it again).
+    pub(crate) fn resolves_unknown(&self) -> bool {
+        matches!(
+            self,
+            ApprovalDecision::Retry
+                | ApprovalDecision::RecordOutcome(_)
+                | ApprovalDecision::Deny(_)
+        )
+    }
 }
 
 /// Decisions made out of band (by a human, after a call stopped for approval), to put
@@ -120,6 +156,32 @@ impl ApprovalDecisions {
     #[must_use]
     pub fn deny_call(self, call: &ToolUse, reason: impl Into<String>) -> Self {
         self.decide_call(call, ApprovalDecision::Deny(reason.into()))
+    }
+
+    /// Resolves a call whose outcome is unknown by running it again with the same
+    /// idempotency key ([`ApprovalDecision::Retry`], bound to the id).
+    #[must_use]
+    pub fn retry(self, tool_call_id: impl Into<String>) -> Self {
+        self.decide(tool_call_id, ApprovalDecision::Retry)
+    }
+
+    /// Resolves a call whose outcome is unknown by recording what a human found out as
+    /// its result, without running it ([`ApprovalDecision::RecordOutcome`]).
+    #[must_use]
+    pub fn record_outcome(
+        self,
+        tool_call_id: impl Into<String>,
+        result: impl Into<String>,
+    ) -> Self {
+        self.decide(tool_call_id, ApprovalDecision::RecordOutcome(result.into()))
+    }
+
+    /// Resolves a call whose outcome is unknown by abandoning it: it is not run again,
+    /// and its result says it was abandoned, with `reason` (an
+    /// [`ApprovalDecision::Deny`]).
+    #[must_use]
+    pub fn abandon(self, tool_call_id: impl Into<String>, reason: impl Into<String>) -> Self {
+        self.deny(tool_call_id, reason)
     }
 
     /// The decision recorded for this tool call id (whether or not it still applies).

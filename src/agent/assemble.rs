@@ -211,6 +211,7 @@ impl<S> AgentBuilder<S> {
                 sessions: Sessions::new(c.hot_sessions),
                 store: c.store,
                 leasing: c.leasing,
+                reload: c.reload,
                 delegation,
                 trail: c.trail,
                 record_content: c.record_content,

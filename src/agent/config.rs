@@ -44,6 +44,9 @@ pub(crate) struct AgentConfig {
     pub(crate) stream_release: StreamRelease,
     pub(crate) store: Option<Arc<dyn DynSessionStore>>,
     pub(crate) leasing: Option<Leasing>,
+    /// Never trust the cached copy of a session: load it at the start of every call
+    /// (a subagent of a leased agent, whose sessions other replicas also run).
+    pub(crate) reload: bool,
     pub(crate) workspace: Option<PathBuf>,
     /// What the delegation layer declared (subagents, factories, the general-purpose
     /// subagent, a workspace's `subagents/`; for a child, its tree's registry).
@@ -78,6 +81,7 @@ impl Default for AgentConfig {
             stream_release: StreamRelease::Immediate,
             store: None,
             leasing: None,
+            reload: false,
             workspace: None,
             delegation: None,
             hook_tool_filter: None,
@@ -114,7 +118,7 @@ impl AgentConfig {
     /// | inherited | not inherited |
     /// |---|---|
     /// | model, model resolver, options, system prompt (the general-purpose child's) | id, name (set by the declaration) |
-    /// | max_iters (the general-purpose child's steps), max_gotos, max_depth | session store and leases (a child's sessions live in memory) |
+    /// | max_iters (the general-purpose child's steps), max_gotos, max_depth, the session store (its sessions are `<child id>@<session>`) | leases (the parent's lease orders the tree; a leased parent's children reload every call) |
     /// | tool and hook timeouts, turn limits, stream release | hook registries and global hooks (only the inheritable hooks, passed in) |
     /// | hook-tool filter, decision trail, content recording, metric tool labels | workspace and declarations (a child's come from its binding) |
     pub(crate) fn inheritable(&self, base_tools: Toolkit, hooks: Vec<RegisteredHook>) -> Self {
@@ -134,8 +138,12 @@ impl AgentConfig {
             hook_timeout: self.hook_timeout,
             limits: self.limits,
             stream_release: self.stream_release,
-            store: None,
+            // A child's conversations persist in its parent's store (under
+            // `<child id>@<session>`), so a stop below the parent resumes on any
+            // replica; the parent's lease orders the whole tree's calls.
+            store: self.store.clone(),
             leasing: None,
+            reload: self.leasing.is_some() || self.reload,
             workspace: None,
             delegation: None,
             hook_tool_filter: self.hook_tool_filter.clone(),

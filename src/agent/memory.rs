@@ -146,6 +146,7 @@ impl Conversation {
         store: &dyn DynSessionStore,
         key: &SessionKey,
         lease: Option<&HeldLease>,
+        reload: bool,
     ) -> Result<(), StoreError> {
         self.unpack(key)?;
         if self.loaded && self.dirty {
@@ -160,7 +161,7 @@ impl Conversation {
                 }
                 Err(e) => return Err(e),
             }
-        } else if lease.is_some() {
+        } else if lease.is_some() || reload {
             self.loaded = false;
         }
         self.load_if_needed(store, key).await
@@ -200,6 +201,8 @@ pub(crate) struct Persistence {
     pub(crate) slot: Arc<tokio::sync::Mutex<Conversation>>,
     /// The session's lease, when the agent leases sessions.
     pub(crate) lease: Option<HeldLease>,
+    /// Load the stored session at the start of the call even without a lease.
+    pub(crate) reload: bool,
 }
 
 impl Persistence {
@@ -271,6 +274,7 @@ impl super::AgentInner {
                 key: key.clone(),
                 slot,
                 lease,
+                reload: self.reload,
             }),
         );
         if let Err(e) = memory.sync().await {
@@ -294,10 +298,18 @@ pub(crate) struct CallMemory {
     guard: OwnedMutexGuard<Conversation>,
     armed: bool,
     persistence: Option<Persistence>,
+    /// Ids of the tool calls this call started, so a repair never calls a started
+    /// tool "not executed".
+    started: Vec<String>,
 }
 
 /// Result text for tool uses left without a result by a dropped call.
 const DROPPED: &str = "not executed: the call was cancelled before this tool ran";
+
+/// Result text for a started tool whose call was cancelled or failed before its result
+/// was recorded, on an agent without a store (with a store the call stays pending in the
+/// journal and is surfaced as outcome-unknown).
+pub(crate) const INTERRUPTED: &str = "outcome unknown: the tool was started, but the call was      cancelled or failed before its result was recorded; it may or may not have taken effect";
 
 impl CallMemory {
     pub(crate) fn new(
@@ -308,7 +320,112 @@ impl CallMemory {
             guard,
             armed: true,
             persistence,
+            started: Vec::new(),
         }
+    }
+
+    /// Whether this call journals effects (it has a store to journal them in).
+    pub(crate) fn journaling(&self) -> bool {
+        self.persistence.is_some()
+    }
+
+    /// Notes that the tool of call `id` is about to start.
+    pub(crate) fn started(&mut self, id: &str) {
+        self.started.push(id.to_owned());
+    }
+
+    /// The last assistant message (the one whose tool uses are acting or pending).
+    fn last_assistant(&self) -> Option<&Msg> {
+        self.guard
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::Assistant)
+    }
+
+    /// The journal entry of call `id` on the last assistant message.
+    pub(crate) fn entry(&self, id: &str) -> Result<Option<super::journal::Entry>, StoreError> {
+        let Some(msg) = self.last_assistant() else {
+            return Ok(None);
+        };
+        super::journal::entry(msg, id).map_err(|e| self.corrupt(e))
+    }
+
+    fn corrupt(&self, why: String) -> StoreError {
+        let text = format!("the session's effect journal is not valid: {why}");
+        match &self.persistence {
+            Some(p) => StoreError::with_kind(StoreErrorKind::Corrupt, &p.key, text),
+            None => StoreError::unkeyed(StoreErrorKind::Corrupt, text),
+        }
+    }
+
+    /// Writes the journal entry of call `id` on the last assistant message.
+    pub(crate) fn set_entry(&mut self, id: &str, entry: &super::journal::Entry) {
+        if let Some(msg) = self
+            .messages_mut()
+            .iter_mut()
+            .rev()
+            .find(|m| m.role == Role::Assistant)
+        {
+            super::journal::set(msg, id, entry);
+        }
+    }
+
+    /// Sets a metadata value on the last assistant message (kept with the session).
+    pub(crate) fn set_last_metadata(&mut self, key: &str, value: serde_json::Value) {
+        if let Some(msg) = self
+            .messages_mut()
+            .iter_mut()
+            .rev()
+            .find(|m| m.role == Role::Assistant)
+        {
+            msg.metadata.insert(key.to_owned(), value);
+        }
+    }
+
+    /// A metadata value of the last assistant message.
+    pub(crate) fn last_metadata(&self, key: &str) -> Option<&serde_json::Value> {
+        self.last_assistant().and_then(|m| m.metadata.get(key))
+    }
+
+    /// Pending tool uses that an earlier attempt journaled (claimed, settled or
+    /// suspended).
+    pub(crate) fn journaled_pending(&self) -> Result<Vec<ToolUse>, StoreError> {
+        let mut out = Vec::new();
+        for u in self.pending_tool_uses() {
+            if self.entry(&u.id)?.is_some() {
+                out.push(u);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Saves the conversation now, in the middle of the call (a journal claim or
+    /// settle): a versioned save, fenced under the call's lease. The call goes on
+    /// changing the conversation, so it stays marked unsaved.
+    ///
+    /// # Errors
+    /// The save's error; a `Conflict` or a lost lease means another holder moved the
+    /// session on, so nothing this call journaled may run.
+    pub(crate) async fn checkpoint(&mut self) -> Result<(), StoreError> {
+        let Self {
+            guard, persistence, ..
+        } = self;
+        let Some(p) = persistence.as_ref() else {
+            return Ok(());
+        };
+        if let Some(lease) = &p.lease
+            && lease.is_lost()
+        {
+            return Err(StoreError::with_kind(
+                StoreErrorKind::LeaseLost,
+                &p.key,
+                "the session lease was lost; nothing more is journaled or run",
+            ));
+        }
+        guard.persist(&*p.store, &p.key, p.lease.as_ref()).await?;
+        guard.dirty = true;
+        Ok(())
     }
 
     pub(crate) fn conversation(&mut self) -> &mut Conversation {
@@ -337,9 +454,13 @@ impl CallMemory {
         pending_tool_uses(&self.guard.messages)
     }
 
-    /// Gives every pending tool use an error result with `text`.
+    /// Gives every pending tool use an error result with `text` — except calls the
+    /// journal holds (they stay pending: the next call on the session replays or
+    /// surfaces them) and tools this call started (they get [`INTERRUPTED`]).
     pub(crate) fn repair(&mut self, text: &str) {
-        repair(self.messages_mut(), text);
+        let started = std::mem::take(&mut self.started);
+        repair(self.messages_mut(), text, &started);
+        self.started = started;
     }
 
     /// Replaces the stored tool use with this id (name and input) in the last
@@ -386,7 +507,9 @@ impl CallMemory {
         let Some(p) = persistence.as_ref() else {
             return Ok(());
         };
-        guard.sync(&*p.store, &p.key, p.lease.as_ref()).await?;
+        guard
+            .sync(&*p.store, &p.key, p.lease.as_ref(), p.reload)
+            .await?;
         match &p.lease {
             Some(lease) if lease.is_lost() => Err(StoreError::with_kind(
                 StoreErrorKind::LeaseLost,
@@ -452,7 +575,11 @@ impl CallMemory {
 impl Drop for CallMemory {
     fn drop(&mut self) {
         if self.armed {
-            repair(Arc::make_mut(&mut self.guard.messages), DROPPED);
+            repair(
+                Arc::make_mut(&mut self.guard.messages),
+                DROPPED,
+                &self.started,
+            );
         }
         let Some(mut p) = self.persistence.take() else {
             return;
@@ -510,6 +637,7 @@ pub(crate) fn check_history(messages: &[Msg]) -> Result<(), String> {
             }
             open.insert(u.id.as_str());
         }
+        super::journal::check(m, i)?;
     }
     Ok(())
 }
@@ -533,13 +661,43 @@ pub(crate) fn pending_tool_uses(messages: &[Msg]) -> Vec<ToolUse> {
         .collect()
 }
 
-fn repair(messages: &mut Vec<Msg>, text: &str) {
-    let pending = pending_tool_uses(messages);
+fn repair(messages: &mut Vec<Msg>, text: &str, started: &[String]) {
+    let mut pending = pending_tool_uses(messages);
     if pending.is_empty() {
         return;
     }
-    let results = pending
-        .into_iter()
-        .map(|u| ToolResult::error(u.id, u.name, text));
+    let mut ran: Vec<String> = Vec::new();
+    if let Some(last) = messages.iter().rev().find(|m| m.role == Role::Assistant)
+        && last.metadata.contains_key(super::journal::JOURNAL_KEY)
+    {
+        // A started call whose outcome is unknown stays pending: the next call on the
+        // session surfaces it. A settled one ran: its result is withheld (the hooks
+        // never accepted it), and it is not called "not executed".
+        pending.retain(|u| match super::journal::entry(last, &u.id) {
+            Ok(Some(e)) if e.state == super::journal::State::Settled => {
+                ran.push(u.id.clone());
+                true
+            }
+            Ok(Some(_)) => false,
+            _ => true,
+        });
+    }
+    if pending.is_empty() {
+        return;
+    }
+    let results = pending.into_iter().map(|u| {
+        let text = if ran.contains(&u.id) {
+            SETTLED_UNACCEPTED
+        } else if started.contains(&u.id) {
+            INTERRUPTED
+        } else {
+            text
+        };
+        ToolResult::error(u.id, u.name, text)
+    });
     messages.push(Msg::tool(results).synthetic());
 }
+
+/// Result text for a journaled call whose tool ran and settled, in a call that then
+/// failed or was cancelled before the hooks accepted the result.
+const SETTLED_UNACCEPTED: &str = "the tool ran once and its result was recorded in the effect      journal, but the call failed or was cancelled before the result was accepted; it is not      run again";

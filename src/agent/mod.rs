@@ -59,9 +59,11 @@ mod assemble;
 mod builder;
 mod config;
 mod delegation;
+mod effects;
 mod file_store;
 mod fire;
 mod input;
+mod journal;
 mod lease;
 mod memory;
 mod model_turn;
@@ -84,6 +86,7 @@ pub use crate::context::{AgentInfo, Extensions, RunContext, StopReason};
 pub use acting::MAX_PRE_ACTING_PASSES;
 pub use approvals::{ApprovalDecision, ApprovalDecisions};
 pub use file_store::FileSessionStore;
+pub use journal::JOURNAL_KEY;
 pub use lease::{Lease, LeaseConfig, SessionLeases};
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) use lease::{acquire_polling, ttl_millis};
@@ -194,6 +197,8 @@ pub(crate) struct AgentInner {
     pub(crate) store: Option<Arc<dyn store::DynSessionStore>>,
     /// Present when calls lease their session ([`AgentBuilder::leased_session_store`]).
     pub(crate) leasing: Option<lease::Leasing>,
+    /// Load sessions at the start of every call (see `AgentConfig::reload`).
+    pub(crate) reload: bool,
     /// Present when the agent can delegate (it then has the `agent_spawn` tool).
     pub(crate) delegation: Option<Arc<dyn Delegating>>,
     /// Record decisions on every call (also recorded when a subscriber listens).
@@ -343,7 +348,7 @@ impl Agent {
         let slot = self.inner.sessions.slot(key);
         let mut conv = slot.lock().await;
         self.inner.sessions.touch(&slot, &mut conv);
-        if self.inner.leasing.is_some() && !conv.dirty {
+        if (self.inner.leasing.is_some() || self.inner.reload) && !conv.dirty {
             // Leased sessions are shared with other replicas: read the stored one.
             conv.loaded = false;
         }

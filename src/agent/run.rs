@@ -373,6 +373,28 @@ impl Call<'_> {
             )));
         }
 
+        // Calls an earlier attempt of this session started (a crash, a cancelled
+        // call, another replica) are finished before new input is taken: a settled
+        // result is replayed, an unknown outcome stops the call for a human.
+        if !input.is_empty() && memory.journaling() {
+            let journaled = memory.journaled_pending().map_err(Error::store)?;
+            if !journaled.is_empty() {
+                match self.act(memory, journaled).await? {
+                    Acted::Continue => {}
+                    Acted::Stopped(msg) => {
+                        return self.finish(msg, StopReason::ActingStopped).await;
+                    }
+                    Acted::Suspended(msg) => {
+                        memory.disarm();
+                        return self.finish(msg, StopReason::SubagentStopped).await;
+                    }
+                    Acted::Blocked(msg, reason) => {
+                        memory.disarm();
+                        return self.finish(msg, reason).await;
+                    }
+                }
+            }
+        }
         let resume = self.admit_input(memory, input)?;
         if let Some(batch) = resume {
             match self.act(memory, batch).await? {
@@ -381,6 +403,10 @@ impl Call<'_> {
                 Acted::Suspended(msg) => {
                     memory.disarm();
                     return self.finish(msg, StopReason::SubagentStopped).await;
+                }
+                Acted::Blocked(msg, reason) => {
+                    memory.disarm();
+                    return self.finish(msg, reason).await;
                 }
             }
         }
@@ -393,7 +419,15 @@ impl Call<'_> {
                 return self.finish(summary, StopReason::MaxIterations).await;
             }
             let msg = self.reason(memory, iteration).await?;
-            let (msg, goto, retract, stop) = self.post_reasoning(msg, iteration).await?;
+            // The runtime's ids are unique; only ids a `PostReasoning` hook put in can
+            // repeat one the session already used.
+            let model_ids: Option<Vec<String>> = (self.wants(EventKind::PostReasoning)
+                && msg.has_tool_uses())
+            .then(|| msg.tool_uses().into_iter().map(|u| u.id.clone()).collect());
+            let (mut msg, goto, retract, stop) = self.post_reasoning(msg, iteration).await?;
+            if let Some(ids) = model_ids {
+                reid_repeated(&mut msg, &ids, memory.messages());
+            }
             if goto.is_none() {
                 self.release(&msg);
                 // Accepted: what was withdrawn on the way is not part of what follows.
@@ -447,6 +481,10 @@ impl Call<'_> {
                 Acted::Suspended(msg) => {
                     memory.disarm();
                     return self.finish(msg, StopReason::SubagentStopped).await;
+                }
+                Acted::Blocked(msg, reason) => {
+                    memory.disarm();
+                    return self.finish(msg, reason).await;
                 }
             }
             iteration += 1;
@@ -511,6 +549,44 @@ impl Call<'_> {
             usage: self.last_usage,
             iteration,
         }) => { message, goto, retract, stop }))
+    }
+}
+
+/// Gives a fresh runtime id to every tool use of `msg` whose id the session already
+/// used (or that repeats within `msg`): a hook that re-issues an earlier call ("retry
+/// the refund") gets a new call, which no earlier decision or journal entry covers,
+/// and memory stays loadable. `model_ids` are the ids the runtime gave the model's
+/// turn (unique): the history is scanned only when a hook put in another id.
+fn reid_repeated(msg: &mut Msg, model_ids: &[String], history: &[Msg]) {
+    let mut seen: Option<HashSet<String>> = None;
+    let mut mine: HashSet<String> = HashSet::new();
+    for block in &mut msg.content {
+        let ContentBlock::ToolUse(u) = block else {
+            continue;
+        };
+        let repeated_here = !mine.insert(u.id.clone());
+        let used = repeated_here
+            || (!model_ids.contains(&u.id) && {
+                let seen = seen.get_or_insert_with(|| {
+                    history
+                        .iter()
+                        .flat_map(|m| m.tool_uses())
+                        .map(|t| t.id.clone())
+                        .collect()
+                });
+                seen.contains(&u.id)
+            });
+        if used {
+            let fresh = crate::util::new_id("call");
+            tracing::warn!(
+                tool = %u.name,
+                id = %u.id,
+                new_id = %fresh,
+                "a tool call reused an id the session already has; it runs under a new id"
+            );
+            u.id = fresh.clone();
+            mine.insert(fresh);
+        }
     }
 }
 

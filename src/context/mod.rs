@@ -35,6 +35,17 @@ pub enum StopReason {
     /// Resume with an empty input and the decisions in the run context: they reach the
     /// subagent that waits, which runs the approved calls once and continues.
     SubagentStopped,
+    /// A tool call of this session (or of a subagent below it) was started by an
+    /// earlier attempt — a crashed or cancelled call, another replica — and its outcome
+    /// was never recorded, and its tool must not run twice
+    /// ([`EffectClass::AtMostOnce`](crate::EffectClass::AtMostOnce)). Nothing ran. The
+    /// reply lists those calls under [`PENDING_CALLS_KEY`](crate::agent::PENDING_CALLS_KEY)
+    /// with `"status": "outcome_unknown"`; a human resolves each with
+    /// [`ApprovalDecisions::retry`](crate::agent::ApprovalDecisions::retry),
+    /// [`record_outcome`](crate::agent::ApprovalDecisions::record_outcome) or
+    /// [`abandon`](crate::agent::ApprovalDecisions::abandon), and resumes. Input given
+    /// with the call that stopped here was not taken: send it again after resolving.
+    OutcomeUnknown,
 }
 
 /// A value an upper layer hands down through the lower ones, opaque to them: the

@@ -30,6 +30,8 @@ pub struct PreActingEvent {
     pub(crate) changed_by: Option<u16>,
     /// The call as admitted, before the first rewrite (set on the first change only).
     pub(crate) original: Option<Box<ToolUse>>,
+    /// A human's decision was applied to the call by the runtime before any hook.
+    pub(crate) human: bool,
 }
 
 impl PreActingEvent {
@@ -42,7 +44,16 @@ impl PreActingEvent {
             changed: false,
             changed_by: None,
             original: None,
+            human: false,
         }
+    }
+
+    /// Whether a human decided about this call: it was stored as waiting for a decision
+    /// (a stop for approval), and the resuming call carried one, which the runtime
+    /// applied before admission (an approval lets it run, an edit is the call hooks now
+    /// see). An approval hook does not ask again.
+    pub fn decided_by_human(&self) -> bool {
+        self.human
     }
 
     /// The call as the model asked for it (after the runtime's admission, before any

@@ -45,6 +45,17 @@ pub enum DecisionKind {
     /// The runtime cut a tool result longer than the agent's maximum (`before` holds
     /// the original length in bytes).
     ToolResultTruncated,
+    /// The runtime applied a human's decision to a call stored as waiting for one, or
+    /// to a call whose outcome was unknown (`before` holds the decision: `approve`,
+    /// `deny`, `edit`, `retry`, `record_outcome`).
+    HumanDecision,
+    /// The runtime replayed a call's result from the session's effect journal instead
+    /// of running its tool again (an earlier attempt settled it, then stopped).
+    EffectReplayed,
+    /// The runtime found a call that an earlier attempt started and never settled, and
+    /// whose tool must not run twice: the call stopped for a human (`before` holds the
+    /// tool's effect class).
+    OutcomeUnknown,
 }
 
 impl DecisionKind {
@@ -63,6 +74,9 @@ impl DecisionKind {
             DecisionKind::FinalMessageReplaced => "final_message_replaced",
             DecisionKind::ToolCallRejected => "tool_call_rejected",
             DecisionKind::ToolResultTruncated => "tool_result_truncated",
+            DecisionKind::HumanDecision => "human_decision",
+            DecisionKind::EffectReplayed => "effect_replayed",
+            DecisionKind::OutcomeUnknown => "outcome_unknown",
         }
     }
 }

@@ -495,7 +495,13 @@ impl Hook for ApprovalHook {
                 // An edit this hook made is approved when it comes back unchanged
                 // (the hooks re-check an edited call); taken out either way.
                 let own_edit = self.take_edit(e.tool_use());
-                if e.is_denied() || !self.needs_decision(e.tool_use()) || own_edit {
+                // A call a human decided on after a stop was decided by the runtime,
+                // which applied the decision before any hook saw it.
+                if e.is_denied()
+                    || e.decided_by_human()
+                    || !self.needs_decision(e.tool_use())
+                    || own_edit
+                {
                     return Ok(());
                 }
                 let call = e.tool_use().clone();
@@ -504,7 +510,7 @@ impl Hook for ApprovalHook {
                     .decision(e.context(), e.agent(), &call, &original)
                     .await;
                 match decision {
-                    ApprovalDecision::Approve => {
+                    ApprovalDecision::Approve | ApprovalDecision::Retry => {
                         tracing::info!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, "approved");
                     }
                     ApprovalDecision::Edit(input) => {
@@ -518,6 +524,12 @@ impl Hook for ApprovalHook {
                     ApprovalDecision::Deny(reason) => {
                         tracing::warn!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, reason = %reason, "denied");
                         e.deny(reason);
+                    }
+                    ApprovalDecision::RecordOutcome(text) => {
+                        tracing::info!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, "not run: the approver recorded its outcome");
+                        e.deny(format!(
+                            "not run; the approver recorded its outcome: {text}"
+                        ));
                     }
                 }
             }

@@ -23,7 +23,7 @@ use crate::error::BuildError;
 use crate::message::Msg;
 use crate::model::GenerateOptions;
 use crate::tool::policy::check_allowlist;
-use crate::tool::{Tool, ToolContext, ToolError, ToolSchema, expects};
+use crate::tool::{EffectClass, Tool, ToolContext, ToolError, ToolSchema, expects};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// Where a subagent comes from.
@@ -408,7 +408,9 @@ impl SpawnTool {
             child_ctx.forward_decisions_to(sink.clone());
         }
         // A call suspended on the subagent's waiting calls resumes the subagent.
-        let input = if self.delegation.resumes(ctx.tool_use_id()) {
+        // Recorded in this process, or in the session's journal (by any replica).
+        let resumes = self.delegation.resumes(ctx.tool_use_id());
+        let input = if resumes || ctx.resume_child {
             Vec::new()
         } else {
             vec![Msg::user(task)]
@@ -486,7 +488,7 @@ impl SpawnTool {
     fn waiting_calls(&self, outcome: &CallOutcome) -> Option<Vec<Value>> {
         if !matches!(
             outcome.reason,
-            StopReason::ReasoningStopped | StopReason::SubagentStopped
+            StopReason::ReasoningStopped | StopReason::SubagentStopped | StopReason::OutcomeUnknown
         ) {
             return None;
         }
@@ -525,6 +527,14 @@ impl Tool for SpawnTool {
 
     fn parameters(&self) -> Value {
         spawn_parameters()
+    }
+
+    /// A delegation is journaled like any call with an effect: its subagent may run
+    /// tools that must not run twice, and sending its task again would start them
+    /// anew. A delegation whose outcome is unknown stops for a human; one suspended on
+    /// its subagent's waiting calls resumes that subagent.
+    fn effect_class(&self) -> EffectClass {
+        EffectClass::AtMostOnce
     }
 
     async fn call(&self, input: Value, ctx: ToolContext) -> Result<String, ToolError> {

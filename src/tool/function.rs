@@ -9,7 +9,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use super::{Tool, ToolContext, ToolError};
+use super::{EffectClass, Tool, ToolContext, ToolError};
 
 type Handler =
     dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<String, ToolError>> + Send + Sync;
@@ -42,6 +42,7 @@ pub struct FunctionTool {
     parameters: Value,
     concurrency_safe: bool,
     timeout: Option<Duration>,
+    effect: EffectClass,
     handler: Arc<Handler>,
 }
 
@@ -78,6 +79,7 @@ impl FunctionTool {
             parameters,
             concurrency_safe: true,
             timeout: None,
+            effect: EffectClass::AtMostOnce,
             handler: Arc::new(move |v, ctx| f(v, ctx).boxed()),
         }
     }
@@ -96,6 +98,28 @@ impl FunctionTool {
         self.timeout = Some(timeout);
         self
     }
+
+    /// Declares how the tool may be retried (default [`EffectClass::AtMostOnce`]; see
+    /// [`Tool::effect_class`]).
+    #[must_use]
+    pub fn effect(mut self, class: EffectClass) -> Self {
+        self.effect = class;
+        self
+    }
+
+    /// Declares the tool read-only ([`EffectClass::ReadOnly`]): safe to run again, not
+    /// journaled before it runs.
+    #[must_use]
+    pub fn read_only(self) -> Self {
+        self.effect(EffectClass::ReadOnly)
+    }
+
+    /// Declares the tool idempotent under [`ToolContext::idempotency_key`]
+    /// ([`EffectClass::Idempotent`]).
+    #[must_use]
+    pub fn idempotent(self) -> Self {
+        self.effect(EffectClass::Idempotent)
+    }
 }
 
 impl fmt::Debug for FunctionTool {
@@ -104,6 +128,7 @@ impl fmt::Debug for FunctionTool {
             .field("name", &self.name)
             .field("concurrency_safe", &self.concurrency_safe)
             .field("timeout", &self.timeout)
+            .field("effect", &self.effect)
             .finish_non_exhaustive()
     }
 }
@@ -123,6 +148,9 @@ impl Tool for FunctionTool {
     }
     fn timeout(&self) -> Option<Duration> {
         self.timeout
+    }
+    fn effect_class(&self) -> EffectClass {
+        self.effect
     }
     fn call(
         &self,

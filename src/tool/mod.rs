@@ -21,6 +21,7 @@
 //! that reports `concurrency_safe() == false` runs alone (calls before it finish first,
 //! calls after it wait).
 
+mod effect;
 mod expects;
 mod function;
 pub(crate) mod mcp_config;
@@ -29,6 +30,8 @@ mod toolkit;
 mod typed;
 pub(crate) use typed::{deserialize_at, schema_for};
 
+pub use effect::EffectClass;
+pub(crate) use effect::idempotency_key;
 pub(crate) use expects::expects;
 pub use function::FunctionTool;
 pub use toolkit::{Toolkit, ToolkitError};
@@ -106,6 +109,16 @@ pub trait Tool: Send + Sync + 'static {
         None
     }
 
+    /// How the tool may be retried when the outcome of an earlier attempt is unknown
+    /// (see [`EffectClass`]). Default [`EffectClass::AtMostOnce`]: never re-run
+    /// automatically. Declare [`EffectClass::ReadOnly`] for a tool without side effects
+    /// (it then skips the journal's store write before it runs) and
+    /// [`EffectClass::Idempotent`] for one that deduplicates by
+    /// [`ToolContext::idempotency_key`].
+    fn effect_class(&self) -> EffectClass {
+        EffectClass::AtMostOnce
+    }
+
     /// Runs the tool with validated arguments. The returned text is what the model
     /// reads; an `Err` becomes an error result. Implement with `async fn`.
     fn call(
@@ -127,6 +140,7 @@ trait DynTool: Send + Sync + 'static {
     fn parameters(&self) -> Value;
     fn concurrency_safe(&self) -> bool;
     fn timeout(&self) -> Option<Duration>;
+    fn effect_class(&self) -> EffectClass;
     fn call_erased(&self, input: Value, ctx: ToolContext) -> ErasedToolFuture<'_>;
 }
 
@@ -145,6 +159,9 @@ impl<T: Tool> DynTool for T {
     }
     fn timeout(&self) -> Option<Duration> {
         Tool::timeout(self)
+    }
+    fn effect_class(&self) -> EffectClass {
+        Tool::effect_class(self)
     }
     fn call_erased(&self, input: Value, ctx: ToolContext) -> ErasedToolFuture<'_> {
         stackfuture::StackFuture::from_or_box(Tool::call(self, input, ctx))
@@ -194,6 +211,11 @@ impl SharedTool {
     /// [`Tool::timeout`].
     pub fn timeout(&self) -> Option<Duration> {
         self.0.timeout()
+    }
+
+    /// [`Tool::effect_class`].
+    pub fn effect_class(&self) -> EffectClass {
+        self.0.effect_class()
     }
 
     /// [`Tool::call`], with the future erased.
@@ -269,6 +291,11 @@ pub struct ToolContext {
     /// Where a delegating tool leaves the calls its subagent stopped on (present only
     /// on agents that delegate): the call is then suspended instead of answered.
     pub(crate) suspend: Option<Arc<std::sync::Mutex<Option<Vec<serde_json::Value>>>>>,
+    /// The call was claimed before (see [`ToolContext::is_retry`]).
+    pub(crate) retry: bool,
+    /// A delegation call resuming the subagent that waits below it (recorded in the
+    /// session's journal), rather than sending its task anew.
+    pub(crate) resume_child: bool,
 }
 
 impl ToolContext {
@@ -301,6 +328,25 @@ impl ToolContext {
     /// The id of the tool use being executed.
     pub fn tool_use_id(&self) -> &str {
         &self.tool_use_id
+    }
+
+    /// The call's idempotency key: the same on every retry, resume and replica of this
+    /// tool call, different for every other call (derived from the session and the
+    /// runtime's call id, which is stored with the session). Pass it to the service the
+    /// tool changes so a repeated request has no further effect — for HTTP, as the
+    /// `Idempotency-Key` header (the IETF draft's convention); MCP tool calls carry it
+    /// in the request's `_meta` as `rein/idempotency_key`. A tool that does so may
+    /// declare [`EffectClass::Idempotent`].
+    pub fn idempotency_key(&self) -> String {
+        idempotency_key(self.run.user_id(), self.run.session_id(), &self.tool_use_id)
+    }
+
+    /// Whether this call was started before (its claim is in the session's journal) and
+    /// runs again now: an [`EffectClass::Idempotent`] tool retried after its outcome was
+    /// lost, or a call a human chose to retry. The idempotency key is the one of the
+    /// first attempt.
+    pub fn is_retry(&self) -> bool {
+        self.retry
     }
 
     /// Emits a progress chunk. It fires an `ActingChunk` hook event and, on

@@ -249,10 +249,13 @@ async fn a_corrupt_session_file_fails_the_call_with_a_typed_store_error() {
 #[tokio::test(start_paused = true)]
 async fn a_dropped_call_is_saved_by_a_background_task_without_another_call() {
     let dir = TempDir::new("dropsave");
+    // Read-only: not journaled, so the dropped call's repair gives it a result
+    // (a tool with an effect stays pending instead: tests/it/exactly_once.rs).
     let slow = FunctionTool::new("slow", "slow", json!({"type": "object"}), |_| async {
         tokio::time::sleep(Duration::from_secs(60)).await;
         Ok("finished".to_string())
-    });
+    })
+    .read_only();
     let model = ScriptedModel::new([ScriptedTurn::tool_call("slow", json!({}))]);
     let agent = builder(&model)
         .toolkit(toolkit_with(vec![slow]))

@@ -193,6 +193,9 @@ fn work_tool(fault: Option<ToolFault>, delay: Duration) -> FunctionTool {
             }
         },
     )
+    // Faults land at every step, the tool's included: an idempotent tool is run again
+    // after a dropped call (an at-most-once one would stop for a human instead).
+    .idempotent()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -266,7 +266,10 @@ fn echo_tools() -> Toolkit {
             println!("RAN {tag}");
             Ok(format!("ran {tag}"))
         },
-    );
+    )
+    // Echoes only: a call the killed replica started is run again by the other one
+    // (tests/it/exactly_once.rs kills replicas around tools that must not run twice).
+    .idempotent();
     let mut tools = Toolkit::new();
     tools.register(ran).unwrap();
     tools
@@ -438,7 +441,17 @@ async fn two_processes<S: Leased>(
         }
         for (i, m) in history.iter().enumerate() {
             if m.role == Role::User {
-                assert_eq!(history[i + 3].text(), format!("ack {}", m.text()));
+                // The killed replica's last call may have stored its turn up to its
+                // tool (the journal's claim or settle); the next call finishes the
+                // tool before its own input, without an answer to the killed one.
+                let text = m.text();
+                let partial = kill_at.is_some()
+                    && text.starts_with("r0-")
+                    && !outcome.contains_key(&text)
+                    && history.get(i + 3).is_none_or(|n| n.role == Role::User);
+                if !partial {
+                    assert_eq!(history[i + 3].text(), format!("ack {text}"));
+                }
             }
         }
     }

@@ -462,6 +462,7 @@ fn stop_reason(reason: StopReason) -> &'static str {
         StopReason::ActingStopped => "acting_stopped",
         StopReason::MaxIterations => "max_iterations",
         StopReason::SubagentStopped => "subagent_stopped",
+        StopReason::OutcomeUnknown => "outcome_unknown",
     }
 }
 

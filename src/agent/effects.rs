@@ -1,0 +1,266 @@
+//! The acting step's use of the effect journal ([`super::journal`]): what an earlier
+//! attempt of the session left for each call (replay, re-run, outcome unknown), calls
+//! stored as waiting for a human, and the claim and settle writes around execution.
+
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
+
+use super::approvals::{ApprovalDecision, ApprovalDecisions};
+use super::journal::{Entry, State};
+use super::memory::CallMemory;
+use super::run::Call;
+use crate::context::StopReason;
+use crate::error::Error;
+use crate::hook::DecisionKind;
+use crate::message::{Msg, ToolResult, ToolUse};
+use crate::tool::{EffectClass, idempotency_key};
+
+/// What the session already holds about a call, before it is planned.
+pub(super) enum Prior {
+    /// Nothing: the call goes through admission and `PreActing`.
+    Fresh,
+    /// Stored as waiting for a human (a stop for approval): the decision, if the
+    /// resuming call carries one.
+    Awaiting(Option<ApprovalDecision>),
+    /// Settled by an earlier attempt: its result is replayed, the tool does not run.
+    Replay(ToolResult),
+    /// Claimed by an earlier attempt and to be run again (an idempotent tool, a human's
+    /// retry, a delegation whose subagent waits): no hook is asked again (they saw the
+    /// call's final form before it was claimed).
+    Rerun {
+        class: EffectClass,
+        attempt: u32,
+        /// A delegation resuming its waiting subagent (not a fresh task).
+        resume_child: bool,
+        decision: Option<&'static str>,
+    },
+    /// Claimed by an earlier attempt, outcome unknown, resolved by a human without
+    /// running it: this result is recorded.
+    Resolved(ToolResult, EffectClass, u32),
+    /// Claimed by an earlier attempt, outcome unknown, at-most-once, and no human
+    /// resolved it: the call stops.
+    Unknown(Entry),
+}
+
+impl Prior {
+    /// The call cannot proceed until a human decides.
+    pub(super) fn blocks(&self) -> bool {
+        matches!(self, Prior::Unknown(_))
+    }
+}
+
+/// Text of the result of a call a human abandoned after its outcome was unknown.
+fn abandoned(name: &str, reason: &str) -> String {
+    format!(
+        "Tool call `{name}` was abandoned by a human after its outcome was unknown (it \
+         may or may not have taken effect): {reason}"
+    )
+}
+
+impl Call<'_> {
+    /// What the session holds about each call of a step (see [`Prior`]). Reads the
+    /// journal and the stored stop; consumes no decision.
+    ///
+    /// # Errors
+    /// A malformed journal entry ([`StoreErrorKind::Corrupt`](crate::StoreErrorKind::Corrupt)):
+    /// nothing runs.
+    pub(super) fn priors(
+        &self,
+        memory: &CallMemory,
+        uses: &[ToolUse],
+    ) -> Result<Vec<Prior>, Error> {
+        let decisions = self.ctx.extensions().get::<ApprovalDecisions>();
+        let awaiting: HashSet<&str> = match memory.last_metadata(super::PENDING_CALL_IDS_KEY) {
+            Some(Value::Array(ids)) => ids.iter().filter_map(Value::as_str).collect(),
+            _ => HashSet::new(),
+        };
+        let mut out = Vec::with_capacity(uses.len());
+        for u in uses {
+            let decided = decisions.as_deref().and_then(|d| d.get(&u.id)).cloned();
+            let entry = if memory.journaling() {
+                memory.entry(&u.id).map_err(Error::store)?
+            } else {
+                None
+            };
+            let prior = match entry {
+                None if awaiting.contains(u.id.as_str()) => Prior::Awaiting(decided),
+                None => Prior::Fresh,
+                Some(Entry {
+                    state: State::Settled,
+                    result: Some(result),
+                    ..
+                }) => Prior::Replay(result),
+                // Settled and recorded: the call is not pending, so this is not reached
+                // for a valid history; nothing to run.
+                Some(
+                    e @ Entry {
+                        state: State::Settled,
+                        result: None,
+                        ..
+                    },
+                ) => Prior::Unknown(e),
+                Some(Entry {
+                    state: State::Suspended,
+                    class,
+                    attempt,
+                    ..
+                }) => Prior::Rerun {
+                    class,
+                    attempt: attempt.saturating_add(1),
+                    resume_child: true,
+                    decision: None,
+                },
+                Some(e) => match decided.filter(ApprovalDecision::resolves_unknown) {
+                    Some(ApprovalDecision::Retry) => Prior::Rerun {
+                        class: e.class,
+                        attempt: e.attempt.saturating_add(1),
+                        resume_child: false,
+                        decision: Some("retry"),
+                    },
+                    Some(ApprovalDecision::RecordOutcome(text)) => {
+                        Prior::Resolved(ToolResult::new(&u.id, &u.name, text), e.class, e.attempt)
+                    }
+                    Some(ApprovalDecision::Deny(reason)) => Prior::Resolved(
+                        ToolResult::error(&u.id, &u.name, abandoned(&u.name, &reason)),
+                        e.class,
+                        e.attempt,
+                    ),
+                    _ if e.class == EffectClass::AtMostOnce => Prior::Unknown(e),
+                    _ => Prior::Rerun {
+                        class: e.class,
+                        attempt: e.attempt.saturating_add(1),
+                        resume_child: false,
+                        decision: None,
+                    },
+                },
+            };
+            out.push(prior);
+        }
+        Ok(out)
+    }
+
+    /// The reply of a step that cannot proceed until a human decides: the turn's
+    /// assistant message with every call whose outcome is unknown listed under
+    /// [`PENDING_CALLS_KEY`](super::PENDING_CALLS_KEY) (`status`: `outcome_unknown`),
+    /// and why the call stops. The same list is stored on the session's message, so any
+    /// replica reads it from the store.
+    pub(super) fn blocked(
+        &self,
+        memory: &mut CallMemory,
+        uses: &[ToolUse],
+        priors: &[Prior],
+    ) -> (Msg, StopReason) {
+        let info = &self.agent.info;
+        let mut ids = Vec::new();
+        let mut calls = Vec::new();
+        let mut unknown = false;
+        for (u, prior) in uses.iter().zip(priors) {
+            let status = match prior {
+                Prior::Unknown(e) => {
+                    unknown = true;
+                    self.note_runtime(
+                        DecisionKind::OutcomeUnknown,
+                        "tool_use",
+                        e.class.as_str(),
+                        "the call was started by an earlier attempt and its outcome was never \
+                         recorded; it is not run again without a human's decision",
+                        &u.id,
+                    );
+                    json!({
+                        "status": "outcome_unknown",
+                        "class": e.class.as_str(),
+                        "attempt": e.attempt,
+                        "idempotency_key": idempotency_key(
+                            self.ctx.user_id(), self.ctx.session_id(), &u.id),
+                    })
+                }
+                _ => continue,
+            };
+            let mut call = json!({
+                "id": u.id, "name": u.name, "input": u.input,
+                "agent": info.name, "agent_id": info.id,
+            });
+            if let (Some(obj), Value::Object(extra)) = (call.as_object_mut(), status) {
+                obj.extend(extra);
+            }
+            ids.push(Value::String(u.id.clone()));
+            calls.push(call);
+        }
+        memory.set_last_metadata(super::PENDING_CALL_IDS_KEY, Value::Array(ids));
+        memory.set_last_metadata(super::PENDING_CALLS_KEY, Value::Array(calls));
+        let msg = memory
+            .messages()
+            .iter()
+            .rev()
+            .find(|m| m.role == crate::message::Role::Assistant)
+            .cloned()
+            .unwrap_or_else(|| Msg::assistant(""));
+        debug_assert!(unknown);
+        (msg, StopReason::OutcomeUnknown)
+    }
+
+    /// Claims, in one save, every call of `claims` (id, class, attempt, the human
+    /// decision it consumes) before any of them runs.
+    ///
+    /// # Errors
+    /// The save failed: another holder moved the session on (a conflict, a lost
+    /// lease) or the store is unavailable. None of the calls may run.
+    pub(super) async fn claim(
+        &self,
+        memory: &mut CallMemory,
+        claims: &[(String, EffectClass, u32, Option<&'static str>)],
+    ) -> Result<(), Error> {
+        if claims.is_empty() || !memory.journaling() {
+            return Ok(());
+        }
+        for (id, class, attempt, decision) in claims {
+            let entry = Entry::claimed(*class, *attempt, decision.map(str::to_owned));
+            memory.set_entry(id, &entry);
+        }
+        memory.checkpoint().await.map_err(Error::store)
+    }
+
+    /// Settles, in one save, the results of journaled calls that ended (a suspended
+    /// delegation is recorded as such), before any `PostActing` hook sees them.
+    ///
+    /// # Errors
+    /// The save failed. The tools ran; their claims stay, so the next attempt finds
+    /// their outcome unknown.
+    pub(super) async fn settle(
+        &self,
+        memory: &mut CallMemory,
+        ended: Vec<(Entry, ToolResult, bool)>,
+    ) -> Result<(), Error> {
+        if ended.is_empty() || !memory.journaling() {
+            return Ok(());
+        }
+        for (mut entry, result, suspended) in ended {
+            let id = result.id.clone();
+            if suspended {
+                entry.state = State::Suspended;
+                entry.result = None;
+            } else {
+                entry.state = State::Settled;
+                entry.result = Some(result);
+            }
+            memory.set_entry(&id, &entry);
+        }
+        memory.checkpoint().await.map_err(Error::store)
+    }
+
+    /// After the tool message records a journaled call's final result, its entry
+    /// drops the settled copy.
+    pub(super) fn recorded(&self, memory: &mut CallMemory, id: &str) -> Result<(), Error> {
+        if !memory.journaling() {
+            return Ok(());
+        }
+        if let Some(mut entry) = memory.entry(id).map_err(Error::store)?
+            && entry.result.is_some()
+        {
+            entry.result = None;
+            memory.set_entry(id, &entry);
+        }
+        Ok(())
+    }
+}
