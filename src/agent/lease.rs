@@ -448,9 +448,16 @@ impl HeldLease {
 /// cancels the work (its future is dropped by the caller) and fails the call with
 /// [`StoreErrorKind::LeaseLost`].
 ///
+/// The renewals run as a task of their own on the current tokio runtime, so a tool that
+/// blocks the call's thread (a synchronous client inside an `async fn`) does not
+/// starve them on a multi-threaded runtime. On a current-thread runtime (or none) they
+/// run inside the call, and a blocking tool can still let the lease expire: another
+/// replica then takes the session over, finds the running call claimed in the effect
+/// journal, and does not run it again (its outcome is unknown to it), while this call
+/// fails with `LeaseLost` at its next store write. The journal, not the lease, is what
+/// keeps an effect from running twice.
+///
 /// The work is borrowed pinned, not moved in: the caller's state machine holds it once.
-/// (Taken by value, an `async fn` keeps its argument and the pinned copy in separate
-/// slots: the call's future was 3.8 KB larger, and it is copied once into its box.)
 pub(crate) async fn kept<T, W>(lease: Option<HeldLease>, work: Pin<&mut W>) -> Result<T, Error>
 where
     W: Future<Output = Result<T, Error>>,
@@ -458,11 +465,41 @@ where
     let Some(lease) = lease else {
         return work.await;
     };
-    // Boxed: only leased calls pay for the renewal's state, not every call's future.
-    let renewing = Box::pin(lease.renew_until_lost());
-    match select(work, renewing).await {
+    let handle = tokio::runtime::Handle::try_current()
+        .ok()
+        .filter(|h| h.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread);
+    let Some(handle) = handle else {
+        // Boxed: only leased calls pay for the renewal's state, not every call's future.
+        let renewing = Box::pin(lease.renew_until_lost());
+        return match select(work, renewing).await {
+            Either::Left((result, _)) => result,
+            Either::Right((lost, _)) => Err(Error::store(lost)),
+        };
+    };
+    let (tx, rx) = futures::channel::oneshot::channel();
+    let renewer = {
+        let lease = lease.clone();
+        handle.spawn(async move {
+            let lost = lease.renew_until_lost().await;
+            let _ = tx.send(lost);
+        })
+    };
+    let _stop = AbortOnDrop(renewer);
+    match select(work, rx).await {
         Either::Left((result, _)) => result,
-        Either::Right((lost, _)) => Err(Error::store(lost)),
+        Either::Right((Ok(lost), _)) => Err(Error::store(lost)),
+        // The renewer ended without a verdict (its runtime shut down): the work goes
+        // on, and a lost lease shows at its next fenced write.
+        Either::Right((Err(_), work)) => work.await,
+    }
+}
+
+/// Aborts the renewal task when the call ends, however it ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

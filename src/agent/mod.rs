@@ -266,6 +266,80 @@ impl Agent {
         self.inner.run_call(msgs, ctx, None, None).await
     }
 
+    /// Resumes a session stopped for a human — calls waiting for approval
+    /// ([`StopReason::ReasoningStopped`] with pending calls), a subagent waiting
+    /// ([`StopReason::SubagentStopped`]), calls whose outcome is unknown
+    /// ([`StopReason::OutcomeUnknown`]) — with the human's `decisions`, and runs on from
+    /// there. The same as [`Agent::run`] with no input and the decisions in the run
+    /// context's extensions (which keeps working).
+    ///
+    /// Each decision is consumed by the durable claim of the call it applies to, so a
+    /// duplicate resume (another replica, a retried request) never runs an approved call
+    /// twice: it finds the call claimed or answered, and fails with
+    /// [`StoreErrorKind::Conflict`] when nothing it decided is pending any more.
+    ///
+    /// ```
+    /// use rein::*;
+    /// use rein::hooks::{ApprovalConfig, ApprovalHook, ApprovalMode, pending_approvals};
+    /// use serde_json::json;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let refund = FunctionTool::new("refund", "Refunds.", json!({"type": "object"}),
+    ///     |_| async { Ok("refunded".to_owned()) });
+    /// let mut tools = Toolkit::new();
+    /// tools.register(refund)?;
+    /// let guard = ApprovalHook::new(ApprovalConfig {
+    ///     enabled: true,
+    ///     guarded_tools: vec!["refund".into()],
+    ///     mode: ApprovalMode::StopForHuman,
+    ///     ..ApprovalConfig::default()
+    /// }, None)?;
+    /// let agent = Agent::builder()
+    ///     .model(ScriptedModel::new([
+    ///         ScriptedTurn::tool_call("refund", json!({})),
+    ///         ScriptedTurn::text("Refunded."),
+    ///     ]))
+    ///     .toolkit(tools)
+    ///     .hook(guard)
+    ///     .build()?;
+    /// let key = SessionKey::new(None, "s1");
+    /// let stopped = agent.run(vec![Msg::user("refund me")], RunContext::new().with_session_id("s1")).await?;
+    /// let waiting = pending_approvals(&stopped.reply);
+    /// let done = agent.resume(&key, agent::ApprovalDecisions::new().approve_call(&waiting[0])).await?;
+    /// assert_eq!(done.reply.text(), "Refunded.");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Agent::run`]; a [`StoreErrorKind::Conflict`] when none of the decided calls
+    /// is pending any more (another call resumed them first).
+    pub async fn resume(
+        &self,
+        session: &SessionKey,
+        decisions: ApprovalDecisions,
+    ) -> Result<CallOutcome, Error> {
+        let mut ctx = RunContext::new().with_session_id(session.session_id.clone());
+        if let Some(user) = &session.user_id {
+            ctx = ctx.with_user_id(user.clone());
+        }
+        self.resume_with(ctx, decisions).await
+    }
+
+    /// [`Agent::resume`] in a run context of the caller's (its session and user, and
+    /// any other extensions the hooks read).
+    ///
+    /// # Errors
+    /// As [`Agent::resume`].
+    pub async fn resume_with(
+        &self,
+        ctx: RunContext,
+        decisions: ApprovalDecisions,
+    ) -> Result<CallOutcome, Error> {
+        ctx.extensions().insert(decisions);
+        self.run(Vec::new(), ctx).await
+    }
+
     /// Runs a call and streams what happens: text and thinking deltas, tool calls,
     /// progress and results, then [`AgentEvent::Final`] or [`AgentEvent::Error`]. Hooks
     /// behave exactly as for [`Agent::run`]. Dropping the stream cancels the call.
@@ -340,11 +414,28 @@ impl Agent {
 
     /// A snapshot of a session's conversation. Waits for a call in progress on that
     /// session to finish. With a session store, a session this agent has not loaded yet
-    /// is loaded first (a store that fails to load it is logged and gives an empty
-    /// snapshot); with leasing ([`AgentBuilder::leased_session_store`]) the stored
+    /// is loaded first; with leasing ([`AgentBuilder::leased_session_store`]) the stored
     /// session is read every time (other replicas may have saved it), unless this
     /// agent holds an unsaved replacement ([`Agent::set_messages`]).
+    ///
+    /// A session the store cannot load gives an **empty** snapshot (logged), never a
+    /// copy cached earlier that may be stale; [`Agent::try_messages`] returns the error.
     pub async fn messages(&self, key: &SessionKey) -> Vec<Msg> {
+        match self.try_messages(key).await {
+            Ok(messages) => messages,
+            Err(e) => {
+                tracing::warn!(session = %key, error = %e, "loading the session failed");
+                Vec::new()
+            }
+        }
+    }
+
+    /// [`Agent::messages`], with the store's error when the session cannot be loaded.
+    ///
+    /// # Errors
+    /// The [`StoreError`] of the load (e.g. [`StoreErrorKind::Corrupt`] for a stored
+    /// session that is not a valid history, [`StoreErrorKind::Unavailable`]).
+    pub async fn try_messages(&self, key: &SessionKey) -> Result<Vec<Msg>, StoreError> {
         let slot = self.inner.sessions.slot(key);
         let mut conv = slot.lock().await;
         self.inner.sessions.touch(&slot, &mut conv);
@@ -352,14 +443,11 @@ impl Agent {
             // Leased sessions are shared with other replicas: read the stored one.
             conv.loaded = false;
         }
-        let ready = match &self.inner.store {
-            Some(store) => conv.load_if_needed(&**store, key).await,
-            None => conv.unpack(key),
-        };
-        if let Err(e) = ready {
-            tracing::warn!(session = %key, error = %e, "loading the session failed");
+        match &self.inner.store {
+            Some(store) => conv.load_if_needed(&**store, key).await?,
+            None => conv.unpack(key)?,
         }
-        conv.messages.to_vec()
+        Ok(conv.messages.to_vec())
     }
 
     /// Replaces a session's conversation (waits for a call in progress on it), e.g.

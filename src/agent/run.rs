@@ -421,11 +421,13 @@ impl Call<'_> {
             let msg = self.reason(memory, iteration).await?;
             // The runtime's ids are unique; only ids a `PostReasoning` hook put in can
             // repeat one the session already used.
-            let model_ids: Option<Vec<String>> = (self.wants(EventKind::PostReasoning)
-                && msg.has_tool_uses())
-            .then(|| msg.tool_uses().into_iter().map(|u| u.id.clone()).collect());
+            let model_ids: Option<Vec<String>> = self
+                .wants(EventKind::PostReasoning)
+                .then(|| msg.tool_uses().into_iter().map(|u| u.id.clone()).collect());
             let (mut msg, goto, retract, stop) = self.post_reasoning(msg, iteration).await?;
-            if let Some(ids) = model_ids {
+            if let Some(ids) = model_ids
+                && msg.has_tool_uses()
+            {
                 reid_repeated(&mut msg, &ids, memory.messages());
             }
             if goto.is_none() {
@@ -560,6 +562,7 @@ impl Call<'_> {
 fn reid_repeated(msg: &mut Msg, model_ids: &[String], history: &[Msg]) {
     let mut seen: Option<HashSet<String>> = None;
     let mut mine: HashSet<String> = HashSet::new();
+    let mut renamed: Vec<(String, String)> = Vec::new();
     for block in &mut msg.content {
         let ContentBlock::ToolUse(u) = block else {
             continue;
@@ -584,8 +587,26 @@ fn reid_repeated(msg: &mut Msg, model_ids: &[String], history: &[Msg]) {
                 new_id = %fresh,
                 "a tool call reused an id the session already has; it runs under a new id"
             );
-            u.id = fresh.clone();
+            renamed.push((std::mem::replace(&mut u.id, fresh.clone()), fresh.clone()));
             mine.insert(fresh);
+        }
+    }
+    // A stop for approval listed the calls under their old ids.
+    for (old, new) in renamed {
+        for k in [super::PENDING_CALL_IDS_KEY, super::PENDING_CALLS_KEY] {
+            if let Some(serde_json::Value::Array(items)) = msg.metadata.get_mut(k) {
+                for item in items {
+                    let slot = match item {
+                        serde_json::Value::Object(o) => o.get_mut("id"),
+                        other => Some(other),
+                    };
+                    if let Some(v) = slot
+                        && v.as_str() == Some(old.as_str())
+                    {
+                        *v = serde_json::Value::String(new.clone());
+                    }
+                }
+            }
         }
     }
 }

@@ -60,8 +60,10 @@ pub fn pending_approvals(reply: &crate::message::Msg) -> Vec<ToolUse> {
 /// (A replica that dies after the tool ran but before the session was saved leaves the
 /// call pending: a later resume runs it again.)
 ///
-/// Only this agent's own calls are listed: calls a subagent waits on are listed in the
-/// stopped reply ([`pending_approvals`]) but not stored on the parent's session.
+/// Calls a subagent waits on are listed too (the parent's session stores them with the
+/// delegation call that waits, with their agent path under
+/// [`APPROVAL_PENDING_CALLS_KEY`]), so a replica that never ran the call finds, decides
+/// and resumes them from the store alone.
 pub fn pending_approvals_in(history: &[crate::message::Msg]) -> Vec<ToolUse> {
     let Some(last) = history
         .iter()
@@ -71,9 +73,24 @@ pub fn pending_approvals_in(history: &[crate::message::Msg]) -> Vec<ToolUse> {
         return Vec::new();
     };
     let pending = crate::agent::pending_tool_uses(history);
+    if pending.is_empty() {
+        return Vec::new();
+    }
+    let below: Vec<String> = match last.metadata.get(APPROVAL_PENDING_CALLS_KEY) {
+        Some(Value::Array(calls)) => calls
+            .iter()
+            .filter(|c| {
+                c.get("agent")
+                    .and_then(Value::as_str)
+                    .is_some_and(|a| a.contains('/'))
+            })
+            .filter_map(|c| c.get("id").and_then(Value::as_str).map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    };
     pending_approvals(last)
         .into_iter()
-        .filter(|u| pending.iter().any(|p| p.id == u.id))
+        .filter(|u| pending.iter().any(|p| p.id == u.id) || below.contains(&u.id))
         .collect()
 }
 

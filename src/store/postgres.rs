@@ -50,7 +50,8 @@ const DEFAULT_TABLE: &str = "rein_sessions";
 /// CREATE TABLE IF NOT EXISTS t_leases (
 ///     session_key text PRIMARY KEY,
 ///     token       text NOT NULL,
-///     fence       bigint NOT NULL,           -- +1 on every acquisition, never reset
+///     fence       bigint NOT NULL,           -- +1 on every acquisition (a deleted row
+///                                            -- restarts above the session's saved fence)
 ///     expires_at  timestamptz NOT NULL
 /// );
 /// ```

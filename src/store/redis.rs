@@ -59,9 +59,22 @@ redis.call('SREM', KEYS[2], ARGV[1])
 return n
 ";
 
-/// KEYS: lease, fence counter. ARGV: token, TTL in ms. Returns the new fence, or 0.
+/// KEYS: lease, fence counter, data hash. ARGV: token, TTL in ms. Returns the new fence,
+/// or 0. The fence is above the one the session was last saved with even when the
+/// counter key was evicted or deleted (it is then re-seeded from the session), so a
+/// lost counter never makes every later holder's writes fail.
 const ACQUIRE: &str = r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('INCR', KEYS[2]) end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local f = redis.call('INCR', KEYS[2])
+  if redis.call('TYPE', KEYS[3]).ok == 'hash' then
+    local saved = tonumber(redis.call('HGET', KEYS[3], 'fence') or '0') or 0
+    if f <= saved then
+      f = saved + 1
+      redis.call('SET', KEYS[2], string.format('%d', f))
+    end
+  end
+  return f
+end
 return 0
 ";
 
@@ -97,7 +110,8 @@ struct Scripts {
 /// - `p` `user:` + the user as JSON (`"alice"` or `null`) — a set of the user's session
 ///   ids (for [`SessionAdmin::list`]);
 /// - `p` `lease:` `k` — the lease token, expiring after the TTL (`SET NX PX`);
-/// - `p` `fence:` `k` — the fence counter (never expires, so fences never repeat).
+/// - `p` `fence:` `k` — the fence counter (never expires; if it is evicted or deleted,
+///   the next acquisition re-seeds it above the session's saved fence).
 ///
 /// Every save runs one Lua script that checks the stored format, key and version (and
 /// the lease, for a fenced save) and writes only if all match, so it is atomic with
@@ -298,6 +312,18 @@ fn corrupt(key: &SessionKey, why: &str) -> StoreError {
     )
 }
 
+/// A stored version in the one grammar saves accept (`^[1-9][0-9]*$`, within `u64`): a
+/// session that loads can always be saved again, so a malformed version fails closed
+/// at load, before any tool of the call runs.
+fn parse_version(bytes: &[u8]) -> Option<u64> {
+    let digits = bytes.first().is_some_and(|b| (b'1'..=b'9').contains(b))
+        && bytes.iter().all(u8::is_ascii_digit);
+    if !digits {
+        return None;
+    }
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -399,11 +425,16 @@ impl RedisSessionStore {
                 if stored_key.as_slice() != key_string(key).as_bytes() {
                     return Err(corrupt(key, "it holds another session"));
                 }
-                let version = text(version)
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|v| *v > 0)
-                    .ok_or_else(|| corrupt(key, &format!("version `{}`", text(version))))?;
+                let version = parse_version(version).ok_or_else(|| {
+                    corrupt(
+                        key,
+                        &format!(
+                            "its `version` field `{}` is not a positive integer without sign or \
+                             leading zero (what a save writes)",
+                            text(version)
+                        ),
+                    )
+                })?;
                 let messages = decode_messages(key, messages, "the Redis hash")?;
                 Ok(StoredSession::new(messages, version))
             }
@@ -503,16 +534,18 @@ impl RedisSessionStore {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Lease, StoreError> {
-        let (lease_key, fence_key) = (self.lease_key(key), self.fence_key(key));
+        let (lease_key, fence_key, data_key) =
+            (self.lease_key(key), self.fence_key(key), self.data_key(key));
         acquire_polling(key, ttl, wait, |token, ttl_ms| {
             let mut conn = self.conn();
-            let (lease_key, fence_key) = (&lease_key, &fence_key);
+            let (lease_key, fence_key, data_key) = (&lease_key, &fence_key, &data_key);
             async move {
                 let fence: u64 = self
                     .scripts
                     .acquire
                     .key(lease_key)
                     .key(fence_key)
+                    .key(data_key)
                     .arg(token)
                     .arg(ttl_ms)
                     .invoke_async(&mut conn)

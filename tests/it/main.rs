@@ -15,6 +15,8 @@ mod crash;
 mod decision_trail;
 mod durable;
 mod error_sources;
+mod exactly_once;
+mod exactly_once_crash;
 mod failure_policy;
 mod faults;
 mod fuzz_inputs;

@@ -99,9 +99,12 @@ impl Sql {
             ),
             acquire: format!(
                 "INSERT INTO {l} AS l (session_key, token, fence, expires_at)
-                 VALUES ($1, $2, 1, clock_timestamp() + $3::float8 * interval '1 millisecond')
+                 VALUES ($1, $2,
+                   1 + COALESCE((SELECT s.fence FROM {t} s WHERE s.session_key = $1), 0),
+                   clock_timestamp() + $3::float8 * interval '1 millisecond')
                  ON CONFLICT (session_key) DO UPDATE
-                   SET token = EXCLUDED.token, fence = l.fence + 1, expires_at = EXCLUDED.expires_at
+                   SET token = EXCLUDED.token, fence = GREATEST(l.fence + 1, EXCLUDED.fence),
+                       expires_at = EXCLUDED.expires_at
                    WHERE l.expires_at <= clock_timestamp()
                  RETURNING fence"
             ),
