@@ -1,5 +1,5 @@
 //! MCP servers that attack the client: an endless or oversized tool listing, a 17 MB
-//! tool result, JSON nested 200 levels deep. The server is `tests/fixtures/hostile_mcp.js`
+//! tool result, JSON nested 200 levels deep, a flood of stderr. The server is `tests/fixtures/hostile_mcp.js`
 //! run with `node` over stdio (skipped, saying so, when `node` is not installed).
 //! Time bounds are generous: "well under" the 30 s connect / 60 s call timeouts.
 
@@ -190,4 +190,63 @@ async fn limits_outside_their_range_fail_the_build_naming_the_limit() {
         let (e, _) = failed_build("s", config.clone().limits(limits)).await;
         assert_names(&e, &["`s`", name]);
     }
+}
+
+/// The process's resident set size now and at its peak (`VmRSS`, `VmHWM`), in bytes.
+#[cfg(target_os = "linux")]
+fn rss() -> (usize, usize) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let field = |name: &str| -> usize {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+            .unwrap()
+            * 1024
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn an_mcp_server_flooding_stderr_cannot_grow_the_agent_and_calls_still_work() {
+    let Some(config) = hostile("stderr") else {
+        return;
+    };
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("mcp__flood__flood", json!({})),
+        ScriptedTurn::tool_call("mcp__flood__echo", json!({"message": "still here"})),
+        ScriptedTurn::text("done"),
+    ]);
+    let agent = builder(&model)
+        .mcp_server("flood", config.timeout(Duration::from_secs(30)))
+        .build_async()
+        .await
+        .unwrap();
+    let (now_before, peak_before) = rss();
+    let started = Instant::now();
+    agent.call(Msg::user("go")).await.unwrap();
+    let elapsed = started.elapsed();
+    let (now_after, peak_after) = rss();
+    // The server wrote 96 MiB in one 64 MiB line and 512 lines of 64 KiB.
+    let peak = peak_after.saturating_sub(peak_before);
+    eprintln!("stderr flood: peak RSS grew {peak} bytes; the calls took {elapsed:?}");
+    assert!(peak < 32 << 20, "peak RSS grew {peak} bytes");
+    assert!(
+        now_after.saturating_sub(now_before) < 32 << 20,
+        "RSS grew {} bytes",
+        now_after.saturating_sub(now_before)
+    );
+    let mut results = results_in_request(&model, 1);
+    results.extend(results_in_request(&model, 2).into_iter().skip(1));
+    // The pipe kept draining: the server finished writing and answered, well before
+    // its call timeout.
+    assert_eq!(
+        results
+            .iter()
+            .map(|r| (r.1, r.2.as_str()))
+            .collect::<Vec<_>>(),
+        [(false, "flooded"), (false, "echo: still here")]
+    );
+    assert!(elapsed < Duration::from_secs(25), "{elapsed:?}");
 }
