@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use rein::hooks::{MaskingConfig, MaskingHook, SensitiveDataMasker};
 use rein::mcp::{McpLimits, McpServerConfig};
 use rein::*;
 use serde_json::json;
@@ -249,4 +250,56 @@ async fn an_mcp_server_flooding_stderr_cannot_grow_the_agent_and_calls_still_wor
         [(false, "flooded"), (false, "echo: still here")]
     );
     assert!(elapsed < Duration::from_secs(25), "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn personal_data_in_non_text_mcp_content_is_masked_before_memory_and_the_model() {
+    let Some(config) = hostile("calls") else {
+        return;
+    };
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("mcp__hostile__pii", json!({})),
+        ScriptedTurn::tool_call("mcp__hostile__pii-structured", json!({})),
+        ScriptedTurn::text("done"),
+    ]);
+    let masker = SensitiveDataMasker::builder().build().unwrap();
+    let masking = MaskingHook::new(
+        MaskingConfig {
+            enabled: true,
+            mask_tool_results: true,
+            ..MaskingConfig::default()
+        },
+        masker.clone(),
+    );
+    let agent = builder(&model)
+        .mcp_server("hostile", config)
+        .hook(masking)
+        .build_async()
+        .await
+        .unwrap();
+    agent.call(Msg::user("go")).await.unwrap();
+    let mut results = results_in_request(&model, 1);
+    results.extend(results_in_request(&model, 2).into_iter().skip(1));
+    assert_eq!(results.len(), 2);
+    let stored: Vec<String> = agent
+        .messages(&key("default"))
+        .await
+        .iter()
+        .flat_map(|m| m.tool_results().into_iter().map(|r| r.content.clone()))
+        .collect();
+    assert_eq!(stored.len(), 2);
+    for text in results.iter().map(|r| &r.2).chain(&stored) {
+        for secret in ["123-45-6789", "4111111111111111", "li.lei@example.com"] {
+            assert!(
+                !text.contains(secret),
+                "`{secret}` reached the model or memory: {text}"
+            );
+        }
+        assert!(masker.find(text).is_empty(), "{text}");
+        assert!(text.contains("***"), "{text}");
+    }
+    // Masking works on the decoded strings: the rendered JSON stays valid JSON.
+    let structured: serde_json::Value = serde_json::from_str(&results[1].2).unwrap();
+    assert_eq!(structured["customer"]["notes"][0], "SSN:\n***\ncard:\n***");
+    assert_eq!(structured["customer"]["contact"], "\t***");
 }
