@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use rein::hooks::SensitiveDataMasker;
 use rein::*;
 
-use super::case::{Case, DECLS, FACTORY, Kind, MARKDOWN, TOOLS};
+use super::case::{Case, DECLS, FACTORY, Kind, MARKDOWN, PII, TOOLS};
 use super::hooks::{CallRec, Obs, interest_of};
 use super::{CHILD_APPROVALS_SURFACE, CHILD_STREAMS_MASKED, checked};
 
@@ -253,6 +253,25 @@ fn leak(masker: &SensitiveDataMasker, what: &str, text: &str) -> Result<(), Test
     checked(1);
     let found = masker.find(text);
     prop_assert!(found.is_empty(), "{} leaks {:?} in {:?}", what, found, text);
+    Ok(())
+}
+
+/// No tool result in `memory` holds personal data (tool results are masked): none the
+/// masker finds, and none of [`PII`] verbatim (the masker does not see a number glued to
+/// the `n` of an escaped line end, so `find` alone would miss that leak).
+pub fn masked_results(masker: &SensitiveDataMasker, memory: &[Msg]) -> Result<(), TestCaseError> {
+    for m in memory {
+        for r in m.tool_results() {
+            leak(masker, "a tool result in the root's memory", &r.content)?;
+            let verbatim: Vec<_> = PII.iter().filter(|p| r.content.contains(*p)).collect();
+            prop_assert!(
+                verbatim.is_empty(),
+                "a tool result in the root's memory leaks {:?} in {:?}",
+                verbatim,
+                r.content
+            );
+        }
+    }
     Ok(())
 }
 
