@@ -208,12 +208,34 @@ fn rss() -> (usize, usize) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
+/// Set in the process that runs the stderr flood alone.
+#[cfg(target_os = "linux")]
+const FLOOD_CHILD: &str = "REIN_TEST_STDERR_FLOOD_CHILD";
+
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn an_mcp_server_flooding_stderr_cannot_grow_the_agent_and_calls_still_work() {
     let Some(config) = hostile("stderr") else {
         return;
     };
+    // Measured in a process of its own: tests running in parallel would move its RSS.
+    if std::env::var_os(FLOOD_CHILD).is_none() {
+        let name =
+            "hostile_mcp::an_mcp_server_flooding_stderr_cannot_grow_the_agent_and_calls_still_work";
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(FLOOD_CHILD, "1")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        eprint!("{stderr}");
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        assert!(stdout.contains("1 passed"), "the test ran: {stdout}");
+        return;
+    }
     let model = ScriptedModel::new([
         ScriptedTurn::tool_call("mcp__flood__flood", json!({})),
         ScriptedTurn::tool_call("mcp__flood__echo", json!({"message": "still here"})),
