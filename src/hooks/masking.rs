@@ -193,14 +193,7 @@ impl MaskingHook {
     }
 
     fn mask_result(&self, result: &ToolResult) -> Option<ToolResult> {
-        let strings = json::mask_json_strings(&self.masker, &result.content);
-        let content = match self
-            .masker
-            .mask(strings.as_deref().unwrap_or(&result.content))
-        {
-            Cow::Owned(content) => content,
-            Cow::Borrowed(_) => strings?,
-        };
+        let content = json::mask_tool_text(&self.masker, &result.content)?;
         Some(ToolResult {
             content,
             ..result.clone()

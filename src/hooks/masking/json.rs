@@ -11,6 +11,16 @@ use std::borrow::Cow;
 
 use crate::hooks::masker::SensitiveDataMasker;
 
+/// A tool result's text masked: first inside its JSON string literals (see
+/// [`mask_json_strings`]), then as a whole; `None` when nothing needed masking.
+pub(super) fn mask_tool_text(masker: &SensitiveDataMasker, text: &str) -> Option<String> {
+    let strings = mask_json_strings(masker, text);
+    match masker.mask(strings.as_deref().unwrap_or(text)) {
+        Cow::Owned(masked) => Some(masked),
+        Cow::Borrowed(_) => strings,
+    }
+}
+
 /// `text` with every JSON string literal holding an escape replaced by the literal of
 /// its masked decoded value, or `None` when no literal needed masking.
 ///
