@@ -56,7 +56,8 @@ mod stderr;
 pub const STDERR_LINE_BYTES: usize = 4 * 1024;
 
 /// How many lines of a stdio server's stderr are logged per second, at most (64): the
-/// others are counted, and their number is logged once the second is over.
+/// others are counted, and their number is logged with the first line after that
+/// second, or when stderr ends.
 pub const STDERR_LINES_PER_SECOND: u32 = 64;
 
 #[cfg(feature = "mcp")]

@@ -2,7 +2,8 @@
 //! pipe, and logged (target `rein::mcp`, level `debug`) within bounds, since the server
 //! is someone else's code: each line is cut to [`STDERR_LINE_BYTES`] (the rest is
 //! counted, never kept), and at most [`STDERR_LINES_PER_SECOND`] lines a second are
-//! logged (the others are counted and reported in one line when the second is over).
+//! logged (the others are counted, and their number is logged in one line with the
+//! first line after that second, or when stderr ends).
 //! Memory is one read buffer and one line, whatever the server writes.
 
 use std::time::{Duration, Instant};
