@@ -12,6 +12,7 @@ use crate::agent::AgentEvent;
 use crate::hook::{EventKind, FailurePolicy, HookError, HookEvent, Interest, SyncHook};
 use crate::message::{ContentBlock, Msg, Thinking, ToolResult};
 
+mod json;
 mod stream;
 pub use stream::MaskedStream;
 
@@ -103,7 +104,9 @@ impl Default for MaskingConfig {
 ///   replaced). The stored conversation keeps the original (see
 ///   [`PostCallEvent::set_final_message`](crate::PostCallEvent::set_final_message)).
 /// - `PostActing` (with `mask_tool_results`): the tool result text is masked before it
-///   is stored and sent to the model.
+///   is stored and sent to the model, and so is the decoded value of every JSON string
+///   literal in it (a result rendered as JSON, such as an MCP resource or structured
+///   content, escapes a line end as `\n`, which would hide the data after it).
 /// - Streamed deltas: wrap the call's [`AgentStream`](crate::AgentStream) with
 ///   [`MaskingHook::mask_stream`].
 ///
@@ -190,13 +193,11 @@ impl MaskingHook {
     }
 
     fn mask_result(&self, result: &ToolResult) -> Option<ToolResult> {
-        match self.masker.mask(&result.content) {
-            Cow::Owned(content) => Some(ToolResult {
-                content,
-                ..result.clone()
-            }),
-            Cow::Borrowed(_) => None,
-        }
+        let content = json::mask_tool_text(&self.masker, &result.content)?;
+        Some(ToolResult {
+            content,
+            ..result.clone()
+        })
     }
 }
 

@@ -12,10 +12,10 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::NeverRetry;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Mutex;
 
 use super::guard::{self, FrameLimits, LIMIT_CODE, TOO_DEEP};
+use super::stderr;
 use super::{McpServerConfig, McpTransport, check_server_id, tool_name};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::tool::{SharedTool, Tool, ToolContext, ToolError};
@@ -67,13 +67,7 @@ impl Connection {
                     return Err(format!("cannot start `{command}`: no stdio pipes"));
                 };
                 if let Some(stderr) = child.stderr.take() {
-                    let id = self.id.clone();
-                    tokio::spawn(async move {
-                        let mut lines = BufReader::new(stderr).lines();
-                        while let Ok(Some(line)) = lines.next_line().await {
-                            tracing::debug!(target: "rein::mcp", server = %id, "stderr: {line}");
-                        }
-                    });
+                    tokio::spawn(stderr::drain(stderr, self.id.clone()));
                 }
                 // Every message passes the frame guard on its way to rmcp.
                 let (reader, relay_end) = tokio::io::duplex(64 * 1024);

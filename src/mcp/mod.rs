@@ -34,7 +34,10 @@
 //!   deep: a larger or deeper tool result is an error result saying "too large" / "too
 //!   deep" as soon as it has arrived (never a silent wait for the call timeout), and a
 //!   tool whose input schema is too deep fails `build_async` naming the server and the
-//!   tool.
+//!   tool. A stdio server's stderr is read to its end (so the server never blocks on a
+//!   full pipe) and logged at `debug` (target `rein::mcp`) with each line cut to
+//!   [`STDERR_LINE_BYTES`] and at most [`STDERR_LINES_PER_SECOND`] lines a second: what
+//!   a server writes there never grows the agent's memory.
 //! - **Shutdown:** the connection is shared by the agent, its subagents and clones; when
 //!   the last of them is dropped the connection closes and a stdio server's child process
 //!   is killed (it is also spawned with kill-on-drop).
@@ -45,6 +48,17 @@ mod build;
 mod client;
 #[cfg(feature = "mcp")]
 mod guard;
+#[cfg(feature = "mcp")]
+mod stderr;
+
+/// The longest line of a stdio server's stderr that is logged, in bytes (4 KiB): the
+/// rest of a longer line is counted and dropped, never kept.
+pub const STDERR_LINE_BYTES: usize = 4 * 1024;
+
+/// How many lines of a stdio server's stderr are logged per second, at most (64): the
+/// others are counted, and their number is logged with the first line after that
+/// second, or when stderr ends.
+pub const STDERR_LINES_PER_SECOND: u32 = 64;
 
 #[cfg(feature = "mcp")]
 pub(crate) use crate::tool::mcp_config::check_server_id;

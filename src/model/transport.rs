@@ -47,7 +47,7 @@
 //! | malformed SSE (invalid UTF-8) or a payload that is not JSON | `Stream` (quoting the payload, truncated) | no |
 //! | an SSE line or event over its limit | `Stream` (naming the limit) | no |
 //! | an error event inside the stream | by its type (`overloaded` → `Server`, ...) | `Server`, `RateLimit` |
-//! | a 2xx answer that is not `text/event-stream` | `Stream` (quoting the body's start) | no |
+//! | a 2xx answer that is not `text/event-stream`, or has no content type (unless [`HttpConfig::accept_missing_content_type`]) | `Stream` (quoting the body's start) | no |
 //!
 //! Error messages name the URL, the status, the server's request id when it sent one,
 //! and the wait the server asked for.
@@ -175,6 +175,12 @@ pub struct HttpConfig {
     /// together (default 4 MiB). A larger one ends the call with a
     /// [`ModelErrorKind::Stream`] error naming this limit (not retried).
     pub max_event_bytes: usize,
+    /// Whether a 2xx answer without a `Content-Type` header is read as an event stream
+    /// (default `false`). Off, such an answer is a [`ModelErrorKind::Stream`] error
+    /// saying no content type arrived and quoting the body's start (its first
+    /// [`ERROR_BODY_BYTES`] read, not retried), like any other non-event-stream answer;
+    /// turn it on only for a server known to stream SSE without the header.
+    pub accept_missing_content_type: bool,
     /// Retries; see [`RetryPolicy`].
     pub retry: RetryPolicy,
 }
@@ -188,6 +194,7 @@ impl Default for HttpConfig {
             total_timeout: Some(Duration::from_secs(600)),
             max_line_bytes: 2 * 1024 * 1024,
             max_event_bytes: 4 * 1024 * 1024,
+            accept_missing_content_type: false,
             retry: RetryPolicy::default(),
         }
     }

@@ -5,7 +5,9 @@
 //! adversarial model scripts (double-encoded and non-object arguments, reused,
 //! duplicate and missing call ids, merged fragments, unknown tools, the delegation tool
 //! with extra or missing fields, calls repeated after a denial, personal data in text,
-//! thinking, tool results and child streams). After every run, across the whole tree:
+//! thinking, tool results and child streams; tool results as plain text or as the MCP
+//! client renders non-text content: embedded resources, resource links, structured
+//! content). After every run, across the whole tree:
 //! - every executed tool call was seen, in its final form, by every subscribed
 //!   `PreActing` hook of its agent's chain (inherited hooks included), was not denied,
 //!   and had an approval of exactly that form when one was required; every spawned
@@ -13,7 +15,8 @@
 //! - every executed tool is inside its agent's bound (by instance), no agent runs
 //!   deeper than the maximum depth, hooks are only asked about admitted calls;
 //! - no personal data the masker detects is in any item of a masked stream (or in a
-//!   run of consecutive deltas) or in a masked reply;
+//!   run of consecutive deltas) or in a masked reply, nor, when tool results are
+//!   masked, in a tool result of the root's memory (what its next request carries);
 //! - every request any agent sent its model is a valid history, the root's memory is
 //!   one, reloads from a `FileSessionStore` and continues;
 //! - no panic reaches the caller, and the call fails only when an aborting hook or the
@@ -102,6 +105,7 @@ fn cases() -> u32 {
 /// Tries to widen: its own `lookup` instance and a deeper nesting limit.
 struct Widening {
     decl: SubagentDeclaration,
+    content: case::Content,
     obs: Shared,
 }
 
@@ -112,7 +116,12 @@ impl SubagentFactory for Widening {
     fn configure(&self, builder: AgentBuilder) -> AgentBuilder {
         let mut tools = Toolkit::new();
         tools
-            .register(model::recording_tool("lookup", "rogue", &self.obs))
+            .register(model::recording_tool(
+                "lookup",
+                "rogue",
+                self.content,
+                &self.obs,
+            ))
             .unwrap();
         builder.toolkit(tools).max_depth(10)
     }
@@ -166,7 +175,7 @@ fn build(
         .name("root")
         .model(model::FuzzModel::new(Arc::clone(case), Arc::clone(obs)))
         .without_global_hooks()
-        .toolkit(model::toolkit(obs))
+        .toolkit(model::toolkit(case.content, obs))
         .session_store(Arc::clone(store))
         .max_iters(6)
         .max_gotos(2)
@@ -257,6 +266,7 @@ fn build(
                 .tools(["lookup", SPAWN_TOOL])
                 .build()
                 .unwrap(),
+            content: case.content,
             obs: Arc::clone(obs),
         });
     }
@@ -332,9 +342,9 @@ async fn call_once(
     } else {
         tokio::task::unconstrained(collect).await
     };
-    if let Some(tool_results) = case.mask {
+    if case.mask.is_some() {
         saw(6, events.len());
-        check::masked_stream(mask.masker(), &events, tool_results)?;
+        check::masked_stream(mask.masker(), &events)?;
     }
     let end = events
         .iter()
@@ -438,6 +448,9 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
     checked(1);
     if let Some(v) = model::history_violation(&memory, pending) {
         prop_assert!(false, "the root's memory is not a valid history: {}", v);
+    }
+    if case.mask == Some(true) {
+        check::masked_results(mask.masker(), &memory)?;
     }
     if last.is_ok() && !pending {
         checked(1);

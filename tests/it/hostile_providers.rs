@@ -46,7 +46,11 @@ impl Hostile {
     ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let mut head = format!("HTTP/1.1 {status} Hostile\r\nContent-Type: {content_type}\r\n");
+        // An empty content type sends no `Content-Type` header at all.
+        let mut head = format!("HTTP/1.1 {status} Hostile\r\n");
+        if !content_type.is_empty() {
+            head.push_str(&format!("Content-Type: {content_type}\r\n"));
+        }
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
@@ -463,6 +467,56 @@ async fn a_300_mb_error_body_retried_three_times_keeps_memory_small() {
     for (err, requests) in huge_body_failures(500).await {
         assert_eq!(err.kind(), ModelErrorKind::Server, "{err}");
         assert_eq!(requests, 3);
+    }
+}
+
+// ---- issue 38 item 6: a 2xx answer without a content type ----
+
+#[tokio::test]
+async fn a_200_answer_without_a_content_type_is_a_stream_error_naming_it_unless_accepted() {
+    for wire in wires() {
+        let name = wire.name();
+        let steps = wire
+            .events(&Turn {
+                text: vec!["Hel", "lo"],
+                usage: (3, 2),
+                ..Turn::default()
+            })
+            .into_iter()
+            .map(|e| Step::Send(e.into_bytes()))
+            .collect::<Vec<_>>();
+        let server = Hostile::start(200, "", &[], steps).await;
+        let model = server.model(&*wire, fast_http(3)).await;
+        let (chunks, err, _) = timed_failure(&*model).await;
+        assert_eq!(err.kind(), ModelErrorKind::Stream, "{name}: {err}");
+        for part in [
+            "no content type",
+            "instead of an event stream",
+            "accept_missing_content_type",
+        ] {
+            assert!(
+                err.message().contains(part),
+                "{name}: `{part}` missing: {err}"
+            );
+        }
+        assert!(chunks.is_empty(), "{name}: nothing is read as events");
+        assert_eq!(server.requests(), 1, "{name}: not retried");
+        // A provider configured to accept it reads the same body as the stream it is.
+        let http = HttpConfig {
+            accept_missing_content_type: true,
+            ..fast_http(1)
+        };
+        let model = server.model(&*wire, http).await;
+        let (chunks, err) = collect(&*model, ask("hi")).await;
+        assert!(err.is_none(), "{name}: {err:?}");
+        let text: String = chunks
+            .iter()
+            .filter_map(|c| match c {
+                ModelChunk::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "Hello", "{name}: {chunks:?}");
     }
 }
 

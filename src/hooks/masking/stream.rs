@@ -42,7 +42,7 @@ const MIN_TOKEN_HOLD: usize = 64;
 ///   number sequence judged alone) but never leaves a detected match unmasked.
 /// - Subagent events ([`AgentEvent::Subagent`]) are masked recursively.
 /// - [`AgentEvent::ToolCall`]: every string in the arguments (keys and values);
-///   [`AgentEvent::ToolProgress`]: the text; [`AgentEvent::ToolResult`]: the content;
+///   [`AgentEvent::ToolProgress`]: the text; [`AgentEvent::ToolResult`]: the content (inside its JSON string literals too);
 ///   [`AgentEvent::Final`]: the reply's text, thinking, tool-use arguments and tool
 ///   results, and the decisions' reasons and digests; [`AgentEvent::Error`]: the
 ///   message. Tool call ids and tool names are left as they are.
@@ -424,7 +424,9 @@ fn mask_tool_use(masker: &SensitiveDataMasker, call: &mut ToolUse) {
 }
 
 fn mask_tool_result(masker: &SensitiveDataMasker, result: &mut ToolResult) {
-    mask_in_place(masker, &mut result.content);
+    if let Some(m) = super::json::mask_tool_text(masker, &result.content) {
+        result.content = m;
+    }
 }
 
 /// Masks every text-bearing block of a message.

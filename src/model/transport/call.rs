@@ -223,15 +223,30 @@ impl<D: Decoder> Call<D> {
         let content_type = response
             .headers()
             .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
-        if !content_type.is_empty() && !content_type.starts_with("text/event-stream") {
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let what = match &content_type {
+            Some(ct)
+                if ct
+                    .trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("text/event-stream") =>
+            {
+                None
+            }
+            None if t.http.accept_missing_content_type => None,
+            Some(ct) => Some(format!("`{}`", truncate(ct, QUOTE_BYTES))),
+            None => Some(
+                "no content type (set `HttpConfig::accept_missing_content_type` for a \
+                 server that streams without one)"
+                    .to_owned(),
+            ),
+        };
+        if let Some(what) = what {
             let body = read_prefix(response, body_until).await;
             return Err(Failure::fatal(ModelError::new(
                 ModelErrorKind::Stream,
                 format!(
-                    "{} answered {status} with `{content_type}` instead of an event stream: {}",
+                    "{} answered {status} with {what} instead of an event stream: {}",
                     t.url,
                     truncate(&body, QUOTE_BYTES)
                 ),

@@ -140,12 +140,31 @@ pub enum Turn {
     Repeat,
 }
 
+/// What the tools' results carry: plain text, or what the MCP client renders from
+/// non-text MCP content (text blocks as they are, other blocks as JSON, structured
+/// content as JSON when there is nothing else), with each personal datum after a line
+/// end, which JSON escapes as `\n`.
+#[derive(Clone, Copy, Debug)]
+pub enum Content {
+    Text,
+    /// An embedded text resource.
+    McpResource,
+    /// A resource link whose description holds the data.
+    McpResourceLink,
+    /// Structured content only.
+    McpStructured,
+    /// A text block, a resource and a resource link together.
+    McpMixed,
+}
+
 #[derive(Clone, Debug)]
 pub struct Case {
     pub hooks: Vec<HookSpec>,
     pub approval: Approval,
     /// A masking hook, and whether it masks tool results.
     pub mask: Option<bool>,
+    /// What the tools' results carry.
+    pub content: Content,
     pub decls: Vec<DeclSpec>,
     pub general_purpose: bool,
     /// A custom factory that tries to widen (a rogue `lookup`, a larger depth).
@@ -329,6 +348,13 @@ pub fn case() -> impl Strategy<Value = Case> {
         prop::collection::vec(hook(), 0..6),
         approval(),
         prop::option::of(any::<bool>()),
+        prop_oneof![
+            4 => Just(Content::Text),
+            1 => Just(Content::McpResource),
+            1 => Just(Content::McpResourceLink),
+            1 => Just(Content::McpStructured),
+            1 => Just(Content::McpMixed),
+        ],
     );
     let run = (
         prop::sample::select(vec![1usize, 2, 3, 8, 8]),
@@ -344,12 +370,13 @@ pub fn case() -> impl Strategy<Value = Case> {
     (tree, chain, run).prop_map(
         |(
             (decls, general_purpose, factory, max_depth, markdown),
-            (hooks, approval, mask),
+            (hooks, approval, mask, content),
             (max_calls, stream, scripts, splits, human),
         )| Case {
             hooks,
             approval,
             mask,
+            content,
             decls,
             general_purpose,
             factory,

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use rein::hooks::SensitiveDataMasker;
 use rein::*;
 
-use super::case::{Case, DECLS, FACTORY, Kind, MARKDOWN, TOOLS};
+use super::case::{Case, DECLS, FACTORY, Kind, MARKDOWN, PII, TOOLS};
 use super::hooks::{CallRec, Obs, interest_of};
 use super::{CHILD_APPROVALS_SURFACE, CHILD_STREAMS_MASKED, checked};
 
@@ -249,10 +249,31 @@ pub fn child_approvals(obs: &Obs, surfaced: &[String]) -> Result<(), TestCaseErr
     Ok(())
 }
 
+/// `text` holds no personal data: none the masker finds, and none of [`PII`] verbatim
+/// (the masker does not see a number glued to the `n` of an escaped line end, so `find`
+/// alone would miss that leak).
 fn leak(masker: &SensitiveDataMasker, what: &str, text: &str) -> Result<(), TestCaseError> {
     checked(1);
     let found = masker.find(text);
     prop_assert!(found.is_empty(), "{} leaks {:?} in {:?}", what, found, text);
+    let verbatim: Vec<_> = PII.iter().filter(|p| text.contains(*p)).collect();
+    prop_assert!(
+        verbatim.is_empty(),
+        "{} leaks {:?} in {:?}",
+        what,
+        verbatim,
+        text
+    );
+    Ok(())
+}
+
+/// No tool result in `memory` holds personal data (tool results are masked).
+pub fn masked_results(masker: &SensitiveDataMasker, memory: &[Msg]) -> Result<(), TestCaseError> {
+    for m in memory {
+        for r in m.tool_results() {
+            leak(masker, "a tool result in the root's memory", &r.content)?;
+        }
+    }
     Ok(())
 }
 
@@ -278,11 +299,11 @@ pub fn masked_reply(masker: &SensitiveDataMasker, reply: &Msg) -> Result<(), Tes
 
 /// No item of a masked stream holds personal data, nor does any run of consecutive
 /// deltas (what a UI shows joined). Tool-call events carry arguments, which are never
-/// masked; tool results are masked only when the hook masks them.
+/// masked; tool-result events are masked by the stream whether or not the hook masks
+/// tool results (inside their JSON string literals too).
 pub fn masked_stream(
     masker: &SensitiveDataMasker,
     events: &[AgentEvent],
-    tool_results: bool,
 ) -> Result<(), TestCaseError> {
     let mut runs: std::collections::HashMap<(String, bool), String> = Default::default();
     let mut check = |path: &str, event: &AgentEvent| -> Result<(), TestCaseError> {
@@ -298,7 +319,7 @@ pub fn masked_stream(
             other => {
                 runs.retain(|(p, _), _| p != path);
                 match other {
-                    AgentEvent::ToolResult(r) if tool_results => leak(masker, &what, &r.content)?,
+                    AgentEvent::ToolResult(r) => leak(masker, &what, &r.content)?,
                     AgentEvent::Final(o) => masked_reply(masker, &o.reply)?,
                     _ => {}
                 }

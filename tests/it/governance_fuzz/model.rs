@@ -8,7 +8,9 @@ use futures::StreamExt;
 use rein::*;
 use serde_json::{Value, json};
 
-use super::case::{Args, Call, Case, DECLS, FACTORY, Id, MARKDOWN, PII, TOOLS, Target, Turn};
+use super::case::{
+    Args, Call, Case, Content, DECLS, FACTORY, Id, MARKDOWN, PII, TOOLS, Target, Turn,
+};
 use super::hooks::{CallRec, Shared};
 
 /// The first rule of a stored conversation that `messages` breaks, if any: every tool
@@ -266,9 +268,42 @@ impl Model for FuzzModel {
     }
 }
 
+/// The result of the tool `name`: personal data as plain text, or inside the MCP
+/// client's rendering of non-text content (see [`Content`]).
+pub fn tool_result(name: &str, content: Content) -> String {
+    let lines = format!(
+        "{name} done\ncustomer:\n{}\nmail:\n{}\nid:\n{}",
+        PII[0], PII[1], PII[2]
+    );
+    let resource = || {
+        json!({"type": "resource", "resource": {"uri": "file:///customer.txt",
+            "mimeType": "text/plain", "text": lines}})
+        .to_string()
+    };
+    let link = || {
+        json!({"type": "resource_link", "uri": "file:///c.txt", "name": "c",
+            "description": lines})
+        .to_string()
+    };
+    match content {
+        Content::Text => format!("{name} done; customer {} / {}", PII[0], PII[1]),
+        Content::McpResource => resource(),
+        Content::McpResourceLink => link(),
+        Content::McpStructured => json!({"customer": {"notes": [lines],
+            "phone": format!("\t{}", PII[0]), "id": format!("\r\n{}", PII[2])}})
+        .to_string(),
+        Content::McpMixed => [format!("{name} done:\n{}", PII[1]), resource(), link()].join("\n"),
+    }
+}
+
 /// A tool that records every call it runs (with the running agent and `tag`, naming
-/// the instance) and returns a result holding personal data.
-pub fn recording_tool(name: &'static str, tag: &'static str, obs: &Shared) -> FunctionTool {
+/// the instance) and returns a result holding personal data, carried as `content` says.
+pub fn recording_tool(
+    name: &'static str,
+    tag: &'static str,
+    content: Content,
+    obs: &Shared,
+) -> FunctionTool {
     let schema = match name {
         "refund" => json!({"type": "object", "properties": {"amount": {"type": "number"}},
                            "required": ["amount"], "additionalProperties": false}),
@@ -294,17 +329,18 @@ pub fn recording_tool(name: &'static str, tag: &'static str, obs: &Shared) -> Fu
                     },
                     tag,
                 ));
-                Ok(format!("{name} done; customer {} / {}", PII[0], PII[1]))
+                Ok(tool_result(name, content))
             }
         },
     )
 }
 
 /// The root's toolkit: every tool in [`TOOLS`].
-pub fn toolkit(obs: &Shared) -> Toolkit {
+pub fn toolkit(content: Content, obs: &Shared) -> Toolkit {
     let mut t = Toolkit::new();
     for name in TOOLS {
-        t.register(recording_tool(name, "root", obs)).unwrap();
+        t.register(recording_tool(name, "root", content, obs))
+            .unwrap();
     }
     t
 }
