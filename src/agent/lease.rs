@@ -455,7 +455,8 @@ impl HeldLease {
 /// replica then takes the session over, finds the running call claimed in the effect
 /// journal, and does not run it again (its outcome is unknown to it), while this call
 /// fails with `LeaseLost` at its next store write. The journal, not the lease, is what
-/// keeps an effect from running twice.
+/// keeps an effect from running twice. The task ends with the call: a call future that is
+/// leaked without being dropped keeps its lease renewed (drop a call to give it up).
 ///
 /// The work is borrowed pinned, not moved in: the caller's state machine holds it once.
 pub(crate) async fn kept<T, W>(lease: Option<HeldLease>, work: Pin<&mut W>) -> Result<T, Error>

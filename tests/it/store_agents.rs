@@ -219,13 +219,25 @@ pub async fn a_killed_holder_loses_the_session_after_the_ttl<S: Leased>(h: &Harn
     a.call_with(vec![Msg::user("first")], session("kill"))
         .await
         .unwrap();
-    let mut dying = Box::pin(a.call_with(vec![Msg::user("dies")], session("kill")));
-    tokio::select! {
-        r = &mut dying => panic!("the call finished: {r:?}"),
-        () = gate.started.notified() => {}
-    }
-    // Killed: never polled, never dropped.
-    std::mem::forget(dying);
+    // The replica runs the call on a runtime of its own, which dies (every task of it
+    // stops at once, its lease renewals included) once the tool has started.
+    let (a2, gate2) = (a.clone(), gate.clone());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let started = gate2.started.clone();
+        rt.spawn(async move {
+            let r = a2.call_with(vec![Msg::user("dies")], session("kill")).await;
+            panic!("the call finished: {r:?}");
+        });
+        rt.block_on(started.notified());
+        rt.shutdown_background();
+    })
+    .join()
+    .unwrap();
     let (b, _) = next_instance(h, "after done").await;
     let started = Instant::now();
     b.call_with(vec![Msg::user("after")], session("kill"))
