@@ -14,11 +14,12 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::Value;
 use tokio::sync::Mutex;
 
+use super::IDEMPOTENCY_META_KEY;
 use super::guard::{self, FrameLimits, LIMIT_CODE, TOO_DEEP};
 use super::stderr;
 use super::{McpServerConfig, McpTransport, check_server_id, tool_name};
 use crate::error::{BuildError, BuildErrorKind};
-use crate::tool::{SharedTool, Tool, ToolContext, ToolError};
+use crate::tool::{EffectClass, SharedTool, Tool, ToolContext, ToolError};
 
 type Service = RunningService<RoleClient, ()>;
 
@@ -142,7 +143,10 @@ impl Connection {
         }
     }
 
-    async fn call(&self, tool: &str, input: Value) -> Result<String, ToolError> {
+    /// Calls `tool`; the request's `_meta` carries the call's idempotency key under
+    /// [`IDEMPOTENCY_META_KEY`] (a server that deduplicates by it can be declared
+    /// idempotent).
+    async fn call(&self, tool: &str, input: Value, key: String) -> Result<String, ToolError> {
         let fail = |what: String| {
             ToolError::new(format!("MCP server `{}`, tool `{tool}`: {what}", self.id))
         };
@@ -155,7 +159,10 @@ impl Connection {
             .peer()
             .await
             .map_err(|e| fail(format!("server unavailable: {e}")))?;
-        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let mut meta = serde_json::Map::new();
+        meta.insert(IDEMPOTENCY_META_KEY.to_owned(), Value::String(key));
+        params.meta = Some(rmcp::model::RequestMetaObject::from(meta));
         let timeout = self.config.timeout;
         match tokio::time::timeout(timeout, peer.call_tool(params)).await {
             Err(_) => Err(fail(format!("the call timed out after {}", secs(timeout)))),
@@ -217,9 +224,27 @@ struct McpTool {
     name: String,
     description: String,
     parameters: Value,
+    /// From the server's tool annotations (`readOnlyHint`, `idempotentHint`);
+    /// at-most-once without them.
+    effect: EffectClass,
+}
+
+/// The effect class an MCP tool's annotations declare: read-only for `readOnlyHint:
+/// true`, idempotent for `idempotentHint: true`, at-most-once otherwise (annotations are
+/// the server's hints; a tool without them is never re-run when its outcome is unknown).
+fn effect_of(annotations: Option<&rmcp::model::ToolAnnotations>) -> EffectClass {
+    match annotations {
+        Some(a) if a.read_only_hint == Some(true) => EffectClass::ReadOnly,
+        Some(a) if a.idempotent_hint == Some(true) => EffectClass::Idempotent,
+        _ => EffectClass::AtMostOnce,
+    }
 }
 
 impl Tool for McpTool {
+    fn effect_class(&self) -> EffectClass {
+        self.effect
+    }
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -232,8 +257,10 @@ impl Tool for McpTool {
         self.parameters.clone()
     }
 
-    async fn call(&self, input: Value, _ctx: ToolContext) -> Result<String, ToolError> {
-        self.conn.call(&self.remote, input).await
+    async fn call(&self, input: Value, ctx: ToolContext) -> Result<String, ToolError> {
+        self.conn
+            .call(&self.remote, input, ctx.idempotency_key())
+            .await
     }
 }
 
@@ -305,6 +332,7 @@ async fn server_tools(id: &str, config: &McpServerConfig) -> Result<Vec<SharedTo
             remote,
             description: format!("{description} (MCP server `{id}`)"),
             parameters,
+            effect: effect_of(tool.annotations.as_ref()),
         }));
     }
     Ok(tools)

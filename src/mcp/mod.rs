@@ -51,6 +51,14 @@ mod guard;
 #[cfg(feature = "mcp")]
 mod stderr;
 
+/// The `_meta` key of every MCP tool call that carries the call's idempotency key
+/// ([`ToolContext::idempotency_key`](crate::ToolContext::idempotency_key)): the same on
+/// every retry, resume and replica of that call, so a server that deduplicates by it
+/// makes the tool idempotent. MCP tools take their effect class from the server's tool
+/// annotations: `readOnlyHint: true` is [`EffectClass::ReadOnly`](crate::EffectClass),
+/// `idempotentHint: true` is `Idempotent`, anything else `AtMostOnce`.
+pub const IDEMPOTENCY_META_KEY: &str = "rein/idempotency_key";
+
 /// The longest line of a stdio server's stderr that is logged, in bytes (4 KiB): the
 /// rest of a longer line is counted and dropped, never kept.
 pub const STDERR_LINE_BYTES: usize = 4 * 1024;

@@ -324,6 +324,7 @@ macro_rules! on_both_transports {
 }
 
 on_both_transports!(
+    mcp_tools_take_their_effect_class_from_annotations_and_send_the_idempotency_key,
     a_real_servers_tools_are_offered_with_their_schemas_and_called_through_a_run,
     arguments_that_violate_the_servers_schema_are_rejected_before_the_server_sees_them,
     tools_json_declares_servers_with_env_substitution_and_enable_tools,
@@ -383,6 +384,53 @@ async fn a_real_servers_tools_are_offered_with_their_schemas_and_called_through_
         structured["conditions"], "Light rain / drizzle",
         "{results:?}"
     );
+}
+
+/// A read-only tool (`readOnlyHint: true`) is not journaled; a tool with effects
+/// (`readOnlyHint: false`, no `idempotentHint`) is claimed as at-most-once before it runs;
+/// every call carries its idempotency key in `_meta`.
+async fn mcp_tools_take_their_effect_class_from_annotations_and_send_the_idempotency_key(
+    server: Server,
+) {
+    let dir = TempDir::new("mcp-effects");
+    let observed = server.observed(&dir.0).await;
+    let store_dir = TempDir::new("mcp-effects-store");
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_calls(vec![
+            ("mcp__everything__get-sum", json!({"a": 2, "b": 3})),
+            ("mcp__everything__toggle-simulated-logging", json!({})),
+        ]),
+        ScriptedTurn::text("ok"),
+    ]);
+    let agent = builder(&model)
+        .mcp_server("everything", observed.config())
+        .session_store(FileSessionStore::open(store_dir.0.join("sessions")).unwrap())
+        .build_async()
+        .await
+        .unwrap();
+    agent
+        .call_with(vec![Msg::user("go")], session("m"))
+        .await
+        .unwrap();
+    let history = agent.try_messages(&key("m")).await.unwrap();
+    let turn = history.iter().find(|m| m.has_tool_uses()).unwrap();
+    let journal = turn.metadata[rein::agent::JOURNAL_KEY].as_object().unwrap();
+    let uses = turn.tool_uses();
+    let (sum, toggle) = (&uses[0].id, &uses[1].id);
+    assert!(
+        !journal.contains_key(sum),
+        "read-only: not journaled {journal:?}"
+    );
+    assert_eq!(journal[toggle]["class"], "at_most_once", "{journal:?}");
+    assert_eq!(journal[toggle]["state"], "settled");
+    let wire = observed.wire();
+    for id in [sum, toggle] {
+        let needle = format!("-{id}\"");
+        assert!(
+            wire.contains(rein::mcp::IDEMPOTENCY_META_KEY) && wire.contains(&needle),
+            "the call {id} carries its key: {wire}"
+        );
+    }
 }
 
 async fn arguments_that_violate_the_servers_schema_are_rejected_before_the_server_sees_them(
