@@ -12,7 +12,12 @@
 //! 3. a human approves it on B, which finds the pending call in the stored session, and
 //!    B resumes: the refund runs once;
 //! 4. a late duplicate of that approval reaching A (a retried webhook) fails with
-//!    `Conflict` before anything runs: the refund still ran once.
+//!    `Conflict` before anything runs: the refund still ran once;
+//! 5. a replica is killed mid-refund (its runtime dies right after the payment, before
+//!    the result is recorded): the other replica resumes the same approval after the
+//!    lease's TTL, finds the refund claimed in the effect journal and stops with
+//!    `StopReason::OutcomeUnknown` instead of paying again; a human checks the payment
+//!    ledger and records the outcome; the refund was paid once.
 //!
 //! Prints each step, the refund counter of each replica and the stored history.
 //! Offline apart from Redis (a ScriptedModel per replica). Its keys live under
@@ -39,6 +44,8 @@ const SESSION: &str = "order-42";
 /// One replica: its agent and how many refunds its `refund` tool paid.
 struct Replica {
     name: &'static str,
+    /// The session its `say` talks on.
+    session: &'static str,
     agent: Agent,
     refunds: Arc<AtomicUsize>,
 }
@@ -50,6 +57,19 @@ impl Replica {
         name: &'static str,
         store: RedisSessionStore,
         script: Vec<ScriptedTurn>,
+    ) -> Result<Self, Box<dyn Error>> {
+        Self::with(name, SESSION, store, script, Duration::from_secs(30), false)
+    }
+
+    /// A replica with lease TTL `ttl`; with `dies`, its refund tool pays and then never
+    /// returns (the process is killed right after the payment).
+    fn with(
+        name: &'static str,
+        session: &'static str,
+        store: RedisSessionStore,
+        script: Vec<ScriptedTurn>,
+        ttl: Duration,
+        dies: bool,
     ) -> Result<Self, Box<dyn Error>> {
         let refunds = Arc::new(AtomicUsize::new(0));
         let paid = Arc::clone(&refunds);
@@ -78,6 +98,10 @@ impl Replica {
                 async move {
                     paid.fetch_add(1, Ordering::SeqCst);
                     println!("    [{name}] refund tool runs: {args}");
+                    if dies {
+                        println!("    [{name}] ...and the replica dies before recording it");
+                        std::future::pending::<()>().await;
+                    }
                     Ok(format!("refunded {} EUR", args["amount"]))
                 }
             },
@@ -100,13 +124,14 @@ impl Replica {
             .leased_session_store(
                 store,
                 LeaseConfig {
-                    ttl: Duration::from_secs(30),
+                    ttl,
                     wait: Duration::from_secs(10),
                 },
             )
             .build()?;
         Ok(Self {
             name,
+            session,
             agent,
             refunds,
         })
@@ -115,7 +140,8 @@ impl Replica {
     /// A user message on the shared session, printed with the reply.
     async fn say(&self, text: &str) -> Result<Msg, Box<dyn Error>> {
         println!("user -> replica {}: {text:?}", self.name);
-        let reply = self.agent.call_with(vec![Msg::user(text)], ctx()).await?;
+        let ctx = RunContext::new().with_session_id(self.session);
+        let reply = self.agent.call_with(vec![Msg::user(text)], ctx).await?;
         if pending_approvals(&reply).is_empty() {
             println!("  replica {} answers: {:?}", self.name, reply.text());
         } else {
@@ -194,9 +220,17 @@ async fn main() {
     let key = SessionKey::new(None, SESSION);
     // A fresh conversation (a run that was killed may have left one).
     let _ = admin.delete(&key).await;
-    let outcome = run(clients, &key).await;
-    // The session goes, whatever happened.
+    let second = (clients.0.clone(), clients.1.clone());
+    let mut outcome = run(clients, &key).await;
+    let killed = SessionKey::new(None, "order-43");
+    let _ = admin.delete(&killed).await;
+    if outcome.is_ok() {
+        println!("\n== 5. a replica is killed mid-refund on session \"order-43\"");
+        outcome = killed_mid_refund(second, &killed).await;
+    }
+    // The sessions go, whatever happened.
     let _ = admin.delete(&key).await;
+    let _ = admin.delete(&killed).await;
     if let Err(e) = outcome {
         eprintln!("replicas: {e}");
         std::process::exit(1);
@@ -288,6 +322,87 @@ async fn run(
     print_history(&session.messages);
     if ra + rb != 1 {
         return Err(format!("the refund ran {} times, not once", ra + rb).into());
+    }
+    Ok(())
+}
+
+/// Step 5: replica C is killed mid-refund; replica D resumes; a human resolves.
+async fn killed_mid_refund(
+    (client_c, client_d): (RedisSessionStore, RedisSessionStore),
+    key: &SessionKey,
+) -> Result<(), Box<dyn Error>> {
+    let ttl = Duration::from_secs(1);
+    let asks = Replica::with(
+        "C",
+        "order-43",
+        client_c.clone(),
+        vec![ScriptedTurn::tool_call(
+            "refund",
+            json!({"order": 43, "amount": 12.5}),
+        )],
+        ttl,
+        true,
+    )?;
+    let stopped = asks.say("Please refund order 43.").await?;
+    let approval = ApprovalDecisions::new().approve_call(&pending_approvals(&stopped)[0]);
+    println!("  a human approves; replica C resumes and is killed mid-refund");
+    // C runs on a runtime of its own, which dies once the refund was paid: no renewal,
+    // no save, no release — as a SIGKILL would leave it.
+    let (c_agent, c_paid, c_key, c_approval) = (
+        asks.agent.clone(),
+        Arc::clone(&asks.refunds),
+        key.clone(),
+        approval.clone(),
+    );
+    std::thread::spawn(move || -> Result<(), String> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.spawn(async move {
+            let _ = c_agent.resume(&c_key, c_approval).await;
+        });
+        rt.block_on(async {
+            while c_paid.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        rt.shutdown_background();
+        Ok(())
+    })
+    .join()
+    .map_err(|_| "replica C's thread panicked")??;
+    let d = Replica::with(
+        "D",
+        "order-43",
+        client_d,
+        vec![ScriptedTurn::text("Refunded: 12.50 EUR.")],
+        ttl,
+        false,
+    )?;
+    println!("  replica D resumes the same approval (after C's lease expires)");
+    let out = d.agent.resume(key, approval).await?;
+    if out.reason != StopReason::OutcomeUnknown {
+        return Err(format!("expected an unknown outcome, got {:?}", out.reason).into());
+    }
+    let unknown = &out.reply.metadata[agent::PENDING_CALLS_KEY][0];
+    println!(
+        "  D stops: outcome unknown for {}({}) (class {}, key {}): not paid again",
+        unknown["name"], unknown["input"], unknown["class"], unknown["idempotency_key"]
+    );
+    let paid = asks.refunds.load(Ordering::SeqCst) + d.refunds.load(Ordering::SeqCst);
+    println!("  a human checks the ledger: {paid} payment(s) for order 43; records it");
+    let id = unknown["id"].as_str().unwrap_or_default();
+    let resolved =
+        ApprovalDecisions::new().record_outcome(id, "refunded 12.5 EUR (checked in the ledger)");
+    let done = d.agent.resume(key, resolved).await?;
+    println!("  replica D answers: {:?}", done.reply.text());
+    let paid = asks.refunds.load(Ordering::SeqCst) + d.refunds.load(Ordering::SeqCst);
+    println!("refund tool runs for order 43: {paid}");
+    print_history(&client_c.load(key).await?.messages);
+    if paid != 1 {
+        return Err(format!("the refund ran {paid} times, not once").into());
     }
     Ok(())
 }

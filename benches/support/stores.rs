@@ -5,7 +5,10 @@
 //! - `load+save`: a load, then a save over the loaded version (an agent with
 //!   `session_store`);
 //! - `leased`: acquire the session's lease, load, fenced save, release (an agent with
-//!   `leased_session_store`: the traffic of every call).
+//!   `leased_session_store`: the traffic of every call);
+//! - `journal`: what the effect journal adds per tool call that is not read-only: the
+//!   claim before the tool and the settle after it, two saves (fenced under a held lease
+//!   where the store has leases).
 //!
 //! Histories of 10 and 1,000 messages (~60 bytes of text each), on the in-memory, file,
 //! Redis (feature `redis`, `REIN_REDIS_URL`) and PostgreSQL (feature `postgres`,
@@ -106,6 +109,54 @@ async fn leased<S: SessionStore + SessionLeases>(
     Ok(percentiles(&mut times))
 }
 
+/// Times `samples` tool calls' journal writes on a held lease: the claim before the
+/// tool and the settle after it, each a fenced save of the whole history (what the
+/// effect journal adds to a call per turn with a tool that is not read-only).
+async fn journal_leased<S: SessionStore + SessionLeases>(
+    store: &S,
+    n: usize,
+    samples: usize,
+) -> Result<(Duration, Duration), StoreError> {
+    let key = key("journal", n);
+    let messages = store_history(n);
+    let lease = store
+        .acquire(&key, Duration::from_secs(300), Duration::from_secs(5))
+        .await?;
+    let mut version = store.load(&key).await?.version;
+    let mut times = Vec::with_capacity(samples);
+    for i in 0..samples + samples / 10 + 1 {
+        let t = Instant::now();
+        version = store.save_fenced(&lease, &messages, version).await?;
+        version = store.save_fenced(&lease, &messages, version).await?;
+        if i > samples / 10 {
+            times.push(t.elapsed());
+        }
+    }
+    store.release(&lease).await?;
+    Ok(percentiles(&mut times))
+}
+
+/// The journal's two writes per tool call without a lease (claim, settle).
+async fn journal_plain<S: SessionStore>(
+    store: &S,
+    n: usize,
+    samples: usize,
+) -> Result<(Duration, Duration), StoreError> {
+    let key = key("journal", n);
+    let messages = store_history(n);
+    let mut version = store.load(&key).await?.version;
+    let mut times = Vec::with_capacity(samples);
+    for i in 0..samples + samples / 10 + 1 {
+        let t = Instant::now();
+        version = store.save(&key, &messages, version).await?;
+        version = store.save(&key, &messages, version).await?;
+        if i > samples / 10 {
+            times.push(t.elapsed());
+        }
+    }
+    Ok(percentiles(&mut times))
+}
+
 /// Both sizes of one row (`one(n)` measures size `n`); the first error ends the row.
 async fn row<F, Fut>(store: &'static str, mode: &'static str, mut one: F) -> StoreRow
 where
@@ -151,7 +202,7 @@ fn server_url(var: &str) -> Result<String, String> {
 /// Deletes the bench's sessions (`key("load-save"|"leased", n)`) from `store`.
 async fn delete_bench_sessions<S: rein::store::SessionAdmin>(store: &S) {
     for n in SIZES {
-        for label in ["load-save", "leased"] {
+        for label in ["load-save", "leased", "journal"] {
             let _ = store.delete(&key(label, n)).await;
         }
     }
@@ -164,10 +215,19 @@ pub async fn store_rows(samples: usize) -> Vec<StoreRow> {
     let memory = InMemorySessionStore::new();
     rows.push(row("in-memory", "load+save", |n| load_save(&memory, n, samples)).await);
     rows.push(row("in-memory", "leased", |n| leased(&memory, n, samples)).await);
+    rows.push(
+        row("in-memory", "journal", |n| {
+            journal_leased(&memory, n, samples)
+        })
+        .await,
+    );
 
     match tempfile::tempdir() {
         Ok(dir) => match FileSessionStore::open(dir.path()) {
-            Ok(file) => rows.push(row("file", "load+save", |n| load_save(&file, n, samples)).await),
+            Ok(file) => {
+                rows.push(row("file", "load+save", |n| load_save(&file, n, samples)).await);
+                rows.push(row("file", "journal", |n| journal_plain(&file, n, samples)).await);
+            }
             Err(e) => rows.push(skipped("file", format!("failed: {e}"))),
         },
         Err(e) => rows.push(skipped("file", format!("no temporary directory: {e}"))),
@@ -184,6 +244,7 @@ pub async fn store_rows(samples: usize) -> Vec<StoreRow> {
             Ok(redis) => {
                 rows.push(row("redis", "load+save", |n| load_save(&redis, n, samples)).await);
                 rows.push(row("redis", "leased", |n| leased(&redis, n, samples)).await);
+                rows.push(row("redis", "journal", |n| journal_leased(&redis, n, samples)).await);
                 delete_bench_sessions(&redis).await;
             }
             Err(e) => rows.push(skipped("redis", format!("failed: {e}"))),
@@ -207,6 +268,7 @@ pub async fn store_rows(samples: usize) -> Vec<StoreRow> {
             Ok(pg) => {
                 rows.push(row("postgres", "load+save", |n| load_save(&pg, n, samples)).await);
                 rows.push(row("postgres", "leased", |n| leased(&pg, n, samples)).await);
+                rows.push(row("postgres", "journal", |n| journal_leased(&pg, n, samples)).await);
                 delete_bench_sessions(&pg).await;
             }
             Err(e) => rows.push(skipped("postgres", format!("failed: {e}"))),
@@ -228,7 +290,7 @@ fn us(d: Duration) -> String {
 /// The rows as a table: per size, p50 and p99 of one call in µs.
 pub fn store_table(rows: &[StoreRow], samples: usize) -> String {
     let mut out = format!(
-        "store overhead per call, µs ({samples} timed calls per cell; leased = acquire + load + fenced save + release)\n{:<10} {:<10} {:>10} {:>10} {:>12} {:>12}\n",
+        "store overhead per call, µs ({samples} timed calls per cell; leased = acquire + load + fenced save + release; journal = what the effect journal adds per tool call: claim + settle, two (fenced) saves)\n{:<10} {:<10} {:>10} {:>10} {:>12} {:>12}\n",
         "store", "mode", "10 p50", "10 p99", "1,000 p50", "1,000 p99"
     );
     for r in rows {
