@@ -147,6 +147,6 @@ pub use subagent::{
 pub use subagent::{SubagentWorkspace, WorkspaceMode};
 pub use tool::SharedTool;
 pub use tool::{
-    EffectClass, FunctionTool, IntoTool, Tool, ToolContext, ToolError, ToolSchema, Toolkit,
-    ToolkitError,
+    EffectClass, FunctionTool, IntoTool, MAX_ARGUMENT_DEPTH, Tool, ToolContext, ToolError,
+    ToolSchema, Toolkit, ToolkitError,
 };

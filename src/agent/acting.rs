@@ -460,6 +460,20 @@ impl Call<'_> {
                 ));
             }
         }
+        let depth = super::storable::depth(&tool_use.input);
+        if depth > crate::tool::MAX_ARGUMENT_DEPTH {
+            // Memory records an empty object instead: the session must stay storable.
+            tool_use.input = Value::Object(serde_json::Map::new());
+            memory.update_tool_use(tool_use);
+            return Some((
+                format!(
+                    "Invalid arguments for tool `{name}`: nested {depth} levels deep; at most {} \
+                     levels are accepted (the call is recorded with empty arguments)",
+                    crate::tool::MAX_ARGUMENT_DEPTH
+                ),
+                "invalid_arguments",
+            ));
+        }
         let Some(entry) = self.agent.toolkit.entry(name) else {
             return Some((self.unknown_tool(name), "unknown_tool"));
         };

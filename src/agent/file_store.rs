@@ -156,6 +156,7 @@ impl FileSessionStore {
 
 impl SessionStore for FileSessionStore {
     async fn load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
+        super::storable::check_key(key)?;
         let paths = self.paths(key);
         let owned = key.clone();
         blocking(key, move || load_file(&owned, &paths.data)).await
@@ -168,6 +169,8 @@ impl SessionStore for FileSessionStore {
         expected_version: u64,
     ) -> Result<u64, StoreError> {
         {
+            super::storable::check_key(key)?;
+            super::storable::check_storable(key, messages)?;
             let version = next_version(key, expected_version)?;
             let bytes = serde_json::to_vec(&FileOut {
                 format: FORMAT,

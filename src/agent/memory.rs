@@ -24,12 +24,27 @@ pub struct SessionKey {
 }
 
 impl SessionKey {
-    /// A key for this user and session.
+    /// A key for this user and session. Any key can be built; one that no store can hold
+    /// (see [`SessionKey::try_new`]) fails every load and save with
+    /// [`StoreErrorKind::InvalidKey`].
     pub fn new(user_id: Option<&str>, session_id: &str) -> Self {
         Self {
             user_id: user_id.map(str::to_owned),
             session_id: session_id.to_owned(),
         }
+    }
+
+    /// A key for this user and session, checked against the key contract every store
+    /// shares: no U+0000 in either id, each id at most
+    /// [`MAX_KEY_BYTES`](crate::store::MAX_KEY_BYTES) bytes. Every other UTF-8 string is valid
+    /// on every store.
+    ///
+    /// # Errors
+    /// [`StoreErrorKind::InvalidKey`] saying which id breaks which rule.
+    pub fn try_new(user_id: Option<&str>, session_id: &str) -> Result<Self, StoreError> {
+        let key = Self::new(user_id, session_id);
+        super::storable::check_key(&key)?;
+        Ok(key)
     }
 }
 

@@ -70,6 +70,7 @@ mod model_turn;
 mod packed;
 mod run;
 mod sessions;
+pub(crate) mod storable;
 mod store;
 mod stream;
 mod typed;

@@ -59,6 +59,16 @@ pub enum StoreErrorKind {
     /// credentials the server rejects, a missing database, an invalid table name or key
     /// prefix, a zero lease TTL. Retrying does not help.
     Config,
+    /// The session key is one no store can hold (see
+    /// [`key_problem`](crate::store::key_problem)): an id with U+0000, an id over [`MAX_KEY_BYTES`](crate::store::MAX_KEY_BYTES). Nothing was read
+    /// or written; the same key fails the same way on every store.
+    InvalidKey,
+    /// What the save would write could not be loaded back: a value nested deeper than
+    /// [`MAX_STORED_DEPTH`](crate::store::MAX_STORED_DEPTH). Nothing was written.
+    Unstorable,
+    /// The session is larger than the store's maximum session size (a save would write
+    /// more, or the stored value holds more; it was not read). Nothing was written.
+    TooLarge,
 }
 
 /// A session store failure: a [`StoreErrorKind`], the session it concerns (when one
@@ -279,9 +289,14 @@ pub(crate) trait DynSessionStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<u64, StoreError>>;
 }
 
+/// The agent checks the key contract and the nesting bound here, for every store (a
+/// user's own included), before the store sees the call.
 impl<S: SessionStore> DynSessionStore for S {
     fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
-        Box::pin(SessionStore::load(self, key))
+        Box::pin(async move {
+            super::storable::check_key(key)?;
+            SessionStore::load(self, key).await
+        })
     }
 
     fn save<'a>(
@@ -290,7 +305,11 @@ impl<S: SessionStore> DynSessionStore for S {
         messages: &'a [Msg],
         expected_version: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(SessionStore::save(self, key, messages, expected_version))
+        Box::pin(async move {
+            super::storable::check_key(key)?;
+            super::storable::check_storable(key, messages)?;
+            SessionStore::save(self, key, messages, expected_version).await
+        })
     }
 }
 
@@ -371,6 +390,8 @@ impl InMemorySessionStore {
         messages: &[Msg],
         expected_version: u64,
     ) -> Result<u64, StoreError> {
+        super::storable::check_key(key)?;
+        super::storable::check_storable(key, messages)?;
         let mut sessions = self.lock();
         let found = sessions.get(key).map_or(0, |s| s.version);
         if found != expected_version {
@@ -461,6 +482,7 @@ impl SessionLeases for InMemorySessionStore {
 
 impl SessionStore for InMemorySessionStore {
     async fn load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
+        super::storable::check_key(key)?;
         Ok(self.lock().get(key).cloned().unwrap_or_default())
     }
 

@@ -129,6 +129,9 @@ mod postgres_audit;
 #[cfg(feature = "redis")]
 mod redis;
 
+pub use crate::agent::storable::{
+    MAX_KEY_BYTES, MAX_STORED_DEPTH, check_key, check_storable, key_problem,
+};
 pub use crate::agent::{Lease, LeaseConfig, SessionLeases};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresSessionStore, PostgresSessionStoreBuilder};

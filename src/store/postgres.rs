@@ -456,6 +456,7 @@ impl PostgresSessionStore {
     }
 
     async fn inner_load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
+        crate::store::check_key(key)?;
         let k = key_string(key);
         let rows = self
             .query(Some(key), "loading the session", &self.sql.load, &[&k])
@@ -485,6 +486,8 @@ impl PostgresSessionStore {
         expected: u64,
         lease: Option<&Lease>,
     ) -> Result<u64, StoreError> {
+        crate::store::check_key(key)?;
+        crate::store::check_storable(key, messages)?;
         let version = next_version(key, expected)?;
         let new = to_i64(key, "version", version)?;
         let old = to_i64(key, "version", expected)?;
@@ -623,6 +626,7 @@ impl PostgresSessionStore {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Lease, StoreError> {
+        crate::store::check_key(key)?;
         let k = key_string(key);
         acquire_polling(key, ttl, wait, |token, ttl_ms| {
             let k = &k;

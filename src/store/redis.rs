@@ -407,6 +407,7 @@ impl RedisSessionStore {
     }
 
     async fn inner_load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
+        crate::store::check_key(key)?;
         let mut conn = self.conn();
         let reply: Vec<Vec<u8>> = self
             .scripts
@@ -453,6 +454,8 @@ impl RedisSessionStore {
         expected: u64,
         lease: Option<&Lease>,
     ) -> Result<u64, StoreError> {
+        crate::store::check_key(key)?;
+        crate::store::check_storable(key, messages)?;
         if lease.is_some_and(|l| l.token().is_empty()) {
             // The script reads an empty token as "unfenced": such a lease is never held.
             return Err(StoreError::with_kind(
@@ -534,6 +537,7 @@ impl RedisSessionStore {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Lease, StoreError> {
+        crate::store::check_key(key)?;
         let (lease_key, fence_key, data_key) =
             (self.lease_key(key), self.fence_key(key), self.data_key(key));
         acquire_polling(key, ttl, wait, |token, ttl_ms| {

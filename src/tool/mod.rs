@@ -48,6 +48,13 @@ use serde_json::Value;
 
 use crate::context::{AgentInfo, DecisionSink, EventSink, RunContext};
 
+/// The deepest JSON nesting a tool call's arguments may have: 64 levels (the arguments
+/// object itself is level 1). A deeper call is refused at admission, before any hook,
+/// with an error result naming the tool, so a model turn can never store a value that a
+/// session store could not load back (see
+/// [`MAX_STORED_DEPTH`](crate::store::MAX_STORED_DEPTH), which leaves room for hooks).
+pub const MAX_ARGUMENT_DEPTH: usize = 64;
+
 /// A tool's description as offered to the model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolSchema {

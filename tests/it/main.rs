@@ -9,6 +9,7 @@
 
 mod async_traits;
 mod audit_jsonl;
+mod boundaries;
 mod build;
 mod chain_properties;
 mod crash;

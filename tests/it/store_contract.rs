@@ -83,6 +83,8 @@ pub async fn store_contract<S: SessionStore + SessionAdmin>(h: &Harness<S>) {
     unicode_and_large_histories_round_trip_exactly(h).await;
     users_and_odd_ids_are_distinct_sessions(h).await;
     delete_removes_a_session_and_list_shows_a_users_sessions(h).await;
+    a_key_no_store_can_hold_fails_the_same_way_on_every_store(h).await;
+    everything_a_save_accepts_loads_back_and_deeper_values_are_refused(h).await;
     if h.corrupt.is_some() {
         corrupt_data_fails_loads_and_saves_and_is_never_overwritten(h).await;
     }
@@ -200,6 +202,80 @@ async fn users_and_odd_ids_are_distinct_sessions<S: SessionStore>(h: &Harness<S>
         let loaded = store.load(key).await.unwrap();
         assert_eq!(texts(&loaded.messages), [format!("session {i}")], "{key:?}");
     }
+}
+
+/// One key contract for every store: U+0000 in either id, or an id over
+/// `MAX_KEY_BYTES`, is `InvalidKey` at construction (`SessionKey::try_new`), at load and
+/// at save; nothing is written. Everything else (the empty string, quotes, globs) works.
+async fn a_key_no_store_can_hold_fails_the_same_way_on_every_store<S: SessionStore>(
+    h: &Harness<S>,
+) {
+    let store = h.client().await;
+    let long = "x".repeat(rein::store::MAX_KEY_BYTES + 1);
+    for (user, session) in [
+        (Some("u"), "nul\0session"),
+        (Some("nul\0user"), "s"),
+        (None, long.as_str()),
+        (Some(long.as_str()), "s"),
+    ] {
+        let err = SessionKey::try_new(user, session).unwrap_err();
+        assert_eq!(err.kind(), StoreErrorKind::InvalidKey, "{err}");
+        let key = SessionKey::new(user, session);
+        let err = store.save(&key, &[Msg::user("x")], 0).await.unwrap_err();
+        assert_eq!(err.kind(), StoreErrorKind::InvalidKey, "{err}");
+        let err = store.load(&key).await.unwrap_err();
+        assert_eq!(err.kind(), StoreErrorKind::InvalidKey, "{err}");
+    }
+    let fine =
+        SessionKey::try_new(Some("ünï*%_?[]"), &"y".repeat(rein::store::MAX_KEY_BYTES)).unwrap();
+    store.save(&fine, &[Msg::user("ok")], 0).await.unwrap();
+    assert_eq!(texts(&store.load(&fine).await.unwrap().messages), ["ok"]);
+}
+
+/// A value nested `n` levels deep (`n` ≥ 1).
+fn nested(n: usize) -> serde_json::Value {
+    let mut v = serde_json::json!(1);
+    for i in 1..n {
+        v = if i % 2 == 0 {
+            serde_json::json!([v])
+        } else {
+            serde_json::json!({"k": v})
+        };
+    }
+    v
+}
+
+/// Nothing is saved that cannot be loaded: a tool input or metadata value nested up to
+/// `MAX_STORED_DEPTH` levels saves and loads back equal; one level more is
+/// `Unstorable`, nothing written.
+async fn everything_a_save_accepts_loads_back_and_deeper_values_are_refused<S: SessionStore>(
+    h: &Harness<S>,
+) {
+    let store = h.client().await;
+    let key = SessionKey::new(Some("deep"), "depth");
+    let at = |n: usize| {
+        let mut call = Msg::assistant("");
+        call.content
+            .push(ContentBlock::ToolUse(ToolUse::new("t1", "deep", nested(n))));
+        call.metadata.insert("note".into(), nested(n));
+        vec![
+            Msg::user("go"),
+            call,
+            Msg::tool([ToolResult::new("t1", "deep", "ok")]),
+        ]
+    };
+    let limit = rein::store::MAX_STORED_DEPTH;
+    let ok = at(limit);
+    store.save(&key, &ok, 0).await.unwrap();
+    assert_eq!(store.load(&key).await.unwrap().messages, ok);
+    let err = store.save(&key, &at(limit + 1), 1).await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Unstorable, "{err}");
+    assert!(err.to_string().contains("nested"), "{err}");
+    assert_eq!(
+        store.load(&key).await.unwrap().version,
+        1,
+        "nothing written"
+    );
 }
 
 async fn delete_removes_a_session_and_list_shows_a_users_sessions<
