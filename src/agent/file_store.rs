@@ -81,6 +81,8 @@ const CUT_STEM: usize = 100;
 #[derive(Clone, Debug)]
 pub struct FileSessionStore {
     dir: Arc<PathBuf>,
+    /// The largest session file saved or loaded, in bytes.
+    max_bytes: usize,
 }
 
 impl FileSessionStore {
@@ -103,7 +105,20 @@ impl FileSessionStore {
                 format!("{} is not a directory", dir.display()),
             ));
         }
-        Ok(Self { dir: Arc::new(dir) })
+        Ok(Self {
+            dir: Arc::new(dir),
+            max_bytes: super::storable::DEFAULT_MAX_SESSION_BYTES,
+        })
+    }
+
+    /// Sets the largest session this store saves or loads, in bytes of the session file
+    /// (default [`DEFAULT_MAX_SESSION_BYTES`](crate::store::DEFAULT_MAX_SESSION_BYTES),
+    /// 32 MiB). A larger save fails with [`StoreErrorKind::TooLarge`] and writes
+    /// nothing; a larger file fails its load the same way, before it is read.
+    #[must_use]
+    pub fn max_session_bytes(mut self, bytes: usize) -> Self {
+        self.max_bytes = bytes;
+        self
     }
 
     /// The directory.
@@ -159,7 +174,8 @@ impl SessionStore for FileSessionStore {
         super::storable::check_key(key)?;
         let paths = self.paths(key);
         let owned = key.clone();
-        blocking(key, move || load_file(&owned, &paths.data)).await
+        let max = self.max_bytes;
+        blocking(key, move || load_file(&owned, &paths.data, max)).await
     }
 
     async fn save(
@@ -182,6 +198,14 @@ impl SessionStore for FileSessionStore {
             .map_err(|e| {
                 StoreError::new(key, format!("cannot encode the conversation: {e}")).with_source(e)
             })?;
+            if bytes.len() > self.max_bytes {
+                return Err(super::storable::too_large(
+                    key,
+                    "saving",
+                    bytes.len() as u64,
+                    self.max_bytes,
+                ));
+            }
             let paths = self.paths(key);
             let owned = key.clone();
             blocking(key, move || {
@@ -259,7 +283,13 @@ fn io_error(key: &SessionKey, what: &str, path: &Path, e: io::Error) -> StoreErr
 }
 
 /// The stored session at `path`, or version 0 when the file does not exist.
-fn load_file(key: &SessionKey, path: &Path) -> Result<StoredSession, StoreError> {
+fn load_file(key: &SessionKey, path: &Path, max: usize) -> Result<StoredSession, StoreError> {
+    match fs::metadata(path) {
+        Ok(meta) if meta.len() > max as u64 => {
+            return Err(super::storable::too_large(key, "loading", meta.len(), max));
+        }
+        _ => {}
+    }
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(StoredSession::default()),

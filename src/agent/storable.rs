@@ -17,6 +17,26 @@ use crate::message::{ContentBlock, Msg};
 /// at admission ([`MAX_ARGUMENT_DEPTH`](crate::tool::MAX_ARGUMENT_DEPTH)).
 pub const MAX_STORED_DEPTH: usize = 96;
 
+/// The largest session a store saves or loads by default, in bytes of its stored form
+/// (the JSON history): 32 MiB. A save of more fails with [`StoreErrorKind::TooLarge`]
+/// and writes nothing; a load of a larger stored value fails the same way before it is
+/// read whole. Set per store (`FileSessionStore::max_session_bytes`, and the same
+/// method on the Redis and PostgreSQL builders).
+pub const DEFAULT_MAX_SESSION_BYTES: usize = 32 * 1024 * 1024;
+
+/// The [`StoreErrorKind::TooLarge`] error of a session of `bytes` bytes over `max`,
+/// while `doing` (`"saving"`, `"loading"`).
+pub(crate) fn too_large(key: &SessionKey, doing: &str, bytes: u64, max: usize) -> StoreError {
+    StoreError::with_kind(
+        StoreErrorKind::TooLarge,
+        key,
+        format!(
+            "{doing} the session: it is {bytes} bytes; the store's maximum session size is \
+             {max} bytes (max_session_bytes); nothing was written"
+        ),
+    )
+}
+
 /// The longest user id or session id a key may have, in bytes: 1,024.
 pub const MAX_KEY_BYTES: usize = 1024;
 

@@ -130,7 +130,8 @@ mod postgres_audit;
 mod redis;
 
 pub use crate::agent::storable::{
-    MAX_KEY_BYTES, MAX_STORED_DEPTH, check_key, check_storable, key_problem,
+    DEFAULT_MAX_SESSION_BYTES, MAX_KEY_BYTES, MAX_STORED_DEPTH, check_key, check_storable,
+    key_problem,
 };
 pub use crate::agent::{Lease, LeaseConfig, SessionLeases};
 #[cfg(feature = "postgres")]

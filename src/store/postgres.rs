@@ -83,6 +83,8 @@ pub struct PostgresSessionStore {
     pool: Pool,
     table: Arc<str>,
     sql: Arc<Sql>,
+    /// The largest history saved or loaded, in bytes of its JSON.
+    max_bytes: usize,
 }
 
 impl fmt::Debug for PostgresSessionStore {
@@ -98,12 +100,14 @@ impl fmt::Debug for PostgresSessionStore {
 #[derive(Clone, Debug)]
 pub struct PostgresSessionStoreBuilder {
     opts: PgOptions,
+    max_bytes: usize,
 }
 
 impl Default for PostgresSessionStoreBuilder {
     fn default() -> Self {
         Self {
             opts: PgOptions::new(DEFAULT_TABLE, 8),
+            max_bytes: crate::store::DEFAULT_MAX_SESSION_BYTES,
         }
     }
 }
@@ -192,6 +196,16 @@ impl PostgresSessionStoreBuilder {
         "the tables (the sessions' and `<table>_leases`)"
     );
 
+    /// The largest session saved or loaded, in bytes of its JSON history (default
+    /// [`DEFAULT_MAX_SESSION_BYTES`](crate::store::DEFAULT_MAX_SESSION_BYTES), 32 MiB).
+    /// A larger save fails with [`StoreErrorKind::TooLarge`] and writes nothing; a
+    /// larger stored history fails its load the same way, and the server never sends it.
+    #[must_use]
+    pub fn max_session_bytes(mut self, bytes: usize) -> Self {
+        self.max_bytes = bytes;
+        self
+    }
+
     /// Validates the table name, connects (so a wrong URL, password or database fails
     /// here) and runs the migration.
     ///
@@ -214,6 +228,7 @@ impl PostgresSessionStoreBuilder {
             pool,
             table: self.opts.table.into(),
             sql: Arc::new(sql),
+            max_bytes: self.max_bytes,
         })
     }
 }
@@ -458,8 +473,14 @@ impl PostgresSessionStore {
     async fn inner_load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
         crate::store::check_key(key)?;
         let k = key_string(key);
+        let max = i64::try_from(self.max_bytes).unwrap_or(i64::MAX);
         let rows = self
-            .query(Some(key), "loading the session", &self.sql.load, &[&k])
+            .query(
+                Some(key),
+                "loading the session",
+                &self.sql.load,
+                &[&k, &max],
+            )
             .await?;
         let Some(row) = rows.first() else {
             return Ok(StoredSession::default());
@@ -467,7 +488,15 @@ impl PostgresSessionStore {
         let decode = |e: tokio_postgres::Error| corrupt(key, &e.to_string());
         let format: String = row.try_get(0).map_err(decode)?;
         let version: i64 = row.try_get(1).map_err(decode)?;
-        let messages: String = row.try_get(2).map_err(decode)?;
+        let size: i64 = row.try_get(3).map_err(decode)?;
+        let Some(messages) = row.try_get::<_, Option<String>>(2).map_err(decode)? else {
+            return Err(crate::agent::storable::too_large(
+                key,
+                "loading",
+                u64::try_from(size).unwrap_or(0),
+                self.max_bytes,
+            ));
+        };
         if format != FORMAT {
             return Err(corrupt(key, &format!("format `{format}`")));
         }
@@ -492,6 +521,14 @@ impl PostgresSessionStore {
         let new = to_i64(key, "version", version)?;
         let old = to_i64(key, "version", expected)?;
         let payload = encode_messages(key, messages)?;
+        if payload.len() > self.max_bytes {
+            return Err(crate::agent::storable::too_large(
+                key,
+                "saving",
+                payload.len() as u64,
+                self.max_bytes,
+            ));
+        }
         let k = key_string(key);
         let changed = match lease {
             None if expected == 0 => {

@@ -13,12 +13,14 @@ use crate::SessionStore;
 use crate::agent::{SessionKey, StoreError, StoreErrorKind, StoredSession, next_version};
 use crate::message::Msg;
 
-/// Loads a session hash: `{'none'}`, `{'corrupt', why}` or
-/// `{'ok', format, version, key, messages}`.
+/// Loads a session hash: `{'none'}`, `{'corrupt', why}`, `{'too_large', bytes}` (its
+/// messages are over ARGV[1] bytes: not read) or `{'ok', format, version, key, messages}`.
 const LOAD: &str = r"
 local t = redis.call('TYPE', KEYS[1]).ok
 if t == 'none' then return {'none'} end
 if t ~= 'hash' then return {'corrupt', 'the key holds a ' .. t .. ', not a session hash'} end
+local n = redis.call('HSTRLEN', KEYS[1], 'messages')
+if n > tonumber(ARGV[1]) then return {'too_large', string.format('%d', n)} end
 local h = redis.call('HMGET', KEYS[1], 'format', 'version', 'key', 'messages')
 return {'ok', h[1] or '', h[2] or '', h[3] or '', h[4] or ''}
 ";
@@ -139,6 +141,8 @@ pub struct RedisSessionStore {
     conn: ConnectionManager,
     prefix: Arc<str>,
     scripts: Arc<Scripts>,
+    /// The largest history saved or loaded, in bytes of its JSON.
+    max_bytes: usize,
 }
 
 impl fmt::Debug for RedisSessionStore {
@@ -157,6 +161,7 @@ pub struct RedisSessionStoreBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     connect_retries: usize,
+    max_bytes: usize,
 }
 
 impl Default for RedisSessionStoreBuilder {
@@ -167,11 +172,22 @@ impl Default for RedisSessionStoreBuilder {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(10),
             connect_retries: 2,
+            max_bytes: crate::store::DEFAULT_MAX_SESSION_BYTES,
         }
     }
 }
 
 impl RedisSessionStoreBuilder {
+    /// The largest session saved or loaded, in bytes of its JSON history (default
+    /// [`DEFAULT_MAX_SESSION_BYTES`](crate::store::DEFAULT_MAX_SESSION_BYTES), 32 MiB).
+    /// A larger save fails with [`StoreErrorKind::TooLarge`] and writes nothing; a
+    /// larger stored history fails its load the same way, and the server never sends it.
+    #[must_use]
+    pub fn max_session_bytes(mut self, bytes: usize) -> Self {
+        self.max_bytes = bytes;
+        self
+    }
+
     /// The server URL (`redis://[user:password@]host:port[/db]`). Default: the `REDIS_URL`
     /// environment variable.
     #[must_use]
@@ -257,6 +273,7 @@ impl RedisSessionStoreBuilder {
             .map_err(|e| redis_error(None, "the first command (PING)", e))?;
         Ok(RedisSessionStore {
             conn,
+            max_bytes: self.max_bytes,
             prefix: self.prefix.into(),
             scripts: Arc::new(Scripts {
                 load: Script::new(LOAD),
@@ -413,12 +430,19 @@ impl RedisSessionStore {
             .scripts
             .load
             .key(self.data_key(key))
+            .arg(self.max_bytes)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| redis_error(Some(key), "loading the session", e))?;
         match reply.as_slice() {
             [status] if status == b"none" => Ok(StoredSession::default()),
             [status, why] if status == b"corrupt" => Err(corrupt(key, &text(why))),
+            [status, n] if status == b"too_large" => Err(crate::agent::storable::too_large(
+                key,
+                "loading",
+                text(n).parse().unwrap_or(u64::MAX),
+                self.max_bytes,
+            )),
             [status, format, version, stored_key, messages] if status == b"ok" => {
                 if format.as_slice() != FORMAT.as_bytes() {
                     return Err(corrupt(key, &format!("format `{}`", text(format))));
@@ -466,6 +490,14 @@ impl RedisSessionStore {
         }
         let version = next_version(key, expected)?;
         let payload = encode_messages(key, messages)?;
+        if payload.len() > self.max_bytes {
+            return Err(crate::agent::storable::too_large(
+                key,
+                "saving",
+                payload.len() as u64,
+                self.max_bytes,
+            ));
+        }
         let mut conn = self.conn();
         let reply: Vec<Vec<u8>> = self
             .scripts

@@ -165,3 +165,81 @@ proptest! {
         })?;
     }
 }
+
+/// A history of about `kib` KiB.
+fn history_of(kib: usize) -> Vec<Msg> {
+    (0..kib)
+        .map(|i| Msg::user(format!("{i:04} {}", "x".repeat(1019))))
+        .collect()
+}
+
+/// Every store saves and loads up to its maximum session size: a larger save is
+/// `TooLarge` (nothing written), and a larger stored value fails its load the same
+/// way, before it is read (here: stored by a client with a larger limit).
+async fn sessions_over_the_maximum_size_are_refused<S: SessionStore>(small: S, large: S) {
+    let k = SessionKey::new(Some("size"), "big");
+    small.save(&k, &history_of(8), 0).await.unwrap();
+    let err = small.save(&k, &history_of(100), 1).await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::TooLarge, "{err}");
+    assert!(err.to_string().contains("max_session_bytes"), "{err}");
+    assert_eq!(
+        small.load(&k).await.unwrap().messages.len(),
+        8,
+        "nothing written"
+    );
+    large.save(&k, &history_of(100), 1).await.unwrap();
+    let err = small.load(&k).await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::TooLarge, "{err}");
+    assert_eq!(large.load(&k).await.unwrap().messages.len(), 100);
+}
+
+#[tokio::test]
+async fn the_file_store_refuses_sessions_over_its_maximum_size() {
+    let dir = TempDir::new("size");
+    let open = |max| {
+        FileSessionStore::open(dir.path())
+            .unwrap()
+            .max_session_bytes(max)
+    };
+    sessions_over_the_maximum_size_are_refused(open(64 * 1024), open(1 << 20)).await;
+    assert_eq!(rein::store::DEFAULT_MAX_SESSION_BYTES, 32 * 1024 * 1024);
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_store_refuses_sessions_over_its_maximum_size() {
+    let Some(url) = crate::store_redis::redis_url() else {
+        return;
+    };
+    let prefix = crate::store_redis::fresh_prefix();
+    let open = |max: usize| {
+        rein::store::RedisSessionStore::builder()
+            .url(url.clone())
+            .key_prefix(prefix.clone())
+            .max_session_bytes(max)
+            .connect()
+    };
+    sessions_over_the_maximum_size_are_refused(
+        open(64 * 1024).await.unwrap(),
+        open(1 << 20).await.unwrap(),
+    )
+    .await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_store_refuses_sessions_over_its_maximum_size() {
+    let Some(url) = crate::store_postgres::postgres_url() else {
+        return;
+    };
+    let table = crate::store_postgres::fresh_table();
+    let open = |max: usize| {
+        rein::store::PostgresSessionStore::builder()
+            .url(url.clone())
+            .table(table.clone())
+            .max_session_bytes(max)
+            .connect()
+    };
+    let small = open(64 * 1024).await.unwrap();
+    sessions_over_the_maximum_size_are_refused(small, open(1 << 20).await.unwrap()).await;
+}

@@ -61,7 +61,13 @@ impl Sql {
                  );
                  COMMIT;"
             ),
-            load: format!("SELECT format, version, messages FROM {t} WHERE session_key = $1"),
+            // $1 key, $2 the largest history sent back (a larger one is not read out).
+            load: format!(
+                "SELECT format, version,
+                        CASE WHEN octet_length(messages) <= $2::bigint THEN messages END,
+                        octet_length(messages)::bigint
+                 FROM {t} WHERE session_key = $1"
+            ),
             // $1 key, $2 user, $3 session, $4 messages.
             insert: format!(
                 "INSERT INTO {t} ({columns}) VALUES ($1, $2, $3, 1, 0, '{FORMAT}', $4)
