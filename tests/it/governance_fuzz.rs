@@ -20,7 +20,11 @@
 //! - every request any agent sent its model is a valid history, the root's memory is
 //!   one, reloads from a `FileSessionStore` and continues;
 //! - no panic reaches the caller, and the call fails only when an aborting hook or the
-//!   redo limit says so.
+//!   redo limit says so;
+//! - rounds may run on a fresh replica (a new agent on the same store) and the first
+//!   round's call may crash mid-call (dropped after a random number of polls): no tool
+//!   call — so no approval — ran two effects, and every outcome left unknown is
+//!   surfaced and resolved by the human.
 //!
 //! Cases: `REIN_FUZZ_CASES` (or `PROPTEST_CASES`), default 96. A longer run:
 //! `REIN_FUZZ_CASES=5000 cargo test --all-features --test it governance_fuzz -- --nocapture`.
@@ -73,8 +77,8 @@ static CASES: AtomicU64 = AtomicU64::new(0);
 static CHECKS: AtomicU64 = AtomicU64::new(0);
 /// What the cases exercised: executed tool calls, child runs, denied calls, approvals,
 /// failed calls, stopped-for-human rounds, masked stream items.
-static SEEN: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
-const SEEN_NAMES: [&str; 9] = [
+static SEEN: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
+const SEEN_NAMES: [&str; 10] = [
     "tool calls run",
     "child runs",
     "calls denied",
@@ -84,6 +88,7 @@ const SEEN_NAMES: [&str; 9] = [
     "masked stream items",
     "calls the model emitted",
     "calls admitted to the hooks",
+    "replicas crashed mid-call",
 ];
 
 fn saw(i: usize, n: usize) {
@@ -373,8 +378,48 @@ async fn call_once(
 fn waits(reason: StopReason) -> bool {
     matches!(
         reason,
-        StopReason::ReasoningStopped | StopReason::SubagentStopped
+        StopReason::ReasoningStopped | StopReason::SubagentStopped | StopReason::OutcomeUnknown
     )
+}
+
+/// The human resolves every call a stopped reply lists as outcome-unknown (after a
+/// crash) by recording an outcome: it is never run again.
+fn resolve_unknown(reply: &Msg, mut d: ApprovalDecisions) -> ApprovalDecisions {
+    if let Some(serde_json::Value::Array(calls)) = reply.metadata.get(agent::PENDING_CALLS_KEY) {
+        for c in calls {
+            if c["status"] == "outcome_unknown"
+                && let Some(id) = c["id"].as_str()
+            {
+                d = d.record_outcome(id, "the fuzzer's human checked: it took effect");
+            }
+        }
+    }
+    d
+}
+
+/// The ids a stopped reply lists as outcome-unknown.
+fn unknown_ids(reply: &Msg) -> Vec<String> {
+    match reply.metadata.get(agent::PENDING_CALLS_KEY) {
+        Some(serde_json::Value::Array(calls)) => calls
+            .iter()
+            .filter(|c| c["status"] == "outcome_unknown")
+            .filter_map(|c| c["id"].as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Polls a call `polls` times (yielding in between) and drops it if it is not done:
+/// a replica that dies mid-call. Returns the result when it finished first.
+async fn crash_after<F: std::future::Future>(call: F, polls: usize) -> Option<F::Output> {
+    let mut call = std::pin::pin!(call);
+    for _ in 0..polls {
+        if let std::task::Poll::Ready(out) = futures::poll!(call.as_mut()) {
+            return Some(out);
+        }
+        tokio::task::yield_now().await;
+    }
+    None
 }
 
 async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
@@ -382,16 +427,33 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
     let dir = TempDir::new("gov-fuzz");
     let store = Arc::new(FileSessionStore::open(dir.path()).unwrap());
     let workspace = TempDir::new("gov-fuzz-ws");
-    let (agent, mask) = build(&case, &obs, &store, &workspace);
+    let (mut agent, mut mask) = build(&case, &obs, &store, &workspace);
     let mut input = vec![Msg::user("go")];
     let mut decisions = ApprovalDecisions::new();
     let (mut human_turn, mut surfaced, mut last) = (0, Vec::new(), None);
-    for _round in 0..3 {
+    for round in 0..3 {
+        if round > 0 && case.switches[round] {
+            // The next round runs on another replica: nothing of this one's memory.
+            (agent, mask) = build(&case, &obs, &store, &workspace);
+        }
         let ctx = RunContext::new().with_session_id("s");
         ctx.extensions().insert(decisions.clone());
-        let caught = AssertUnwindSafe(call_once(&case, &agent, &mask, input, ctx))
-            .catch_unwind()
-            .await;
+        let call = AssertUnwindSafe(call_once(&case, &agent, &mask, input, ctx)).catch_unwind();
+        let caught = match case.crash_polls.filter(|_| round == 0) {
+            None => call.await,
+            Some(polls) => match crash_after(call, polls).await {
+                Some(done) => done,
+                None => {
+                    // Crashed: a background task may still save what it left; the next
+                    // round resumes on a fresh replica.
+                    saw(9, 1);
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    (agent, mask) = build(&case, &obs, &store, &workspace);
+                    input = Vec::new();
+                    continue;
+                }
+            },
+        };
         checked(1);
         let Ok(result) = caught else {
             return Err(TestCaseError::fail("a panic reached the caller"));
@@ -400,9 +462,13 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
         let stopped = match &result {
             Ok(o) if waits(o.reason) => {
                 saw(5, 1);
-                let waiting = pending_approvals(&o.reply);
+                let waiting: Vec<ToolUse> = pending_approvals(&o.reply)
+                    .into_iter()
+                    .filter(|u| !unknown_ids(&o.reply).contains(&u.id))
+                    .collect();
                 surfaced.extend(waiting.iter().map(|u| u.id.clone()));
                 decisions = decide(&case, &obs, &waiting, &mut human_turn);
+                decisions = resolve_unknown(&o.reply, decisions);
                 true
             }
             _ => false,
@@ -414,6 +480,15 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
         input = Vec::new();
     }
     let obs_now = std::mem::take(&mut *obs.lock().unwrap());
+    // No call (and so no approval) ran two effects, across crashes and replicas.
+    let mut runs: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (c, _) in &obs_now.executed {
+        *runs.entry(c.id.as_str()).or_default() += 1;
+    }
+    checked(1);
+    if let Some((id, n)) = runs.iter().find(|(_, n)| **n > 1) {
+        prop_assert!(false, "tool call {} ran {} times", id, n);
+    }
     saw(0, obs_now.executed.len());
     saw(1, obs_now.child_runs.len());
     saw(2, obs_now.denied.len());

@@ -181,6 +181,12 @@ pub struct Case {
     pub splits: Vec<usize>,
     /// The human's answers to stop-for-human requests, in order.
     pub human: Vec<Answer>,
+    /// Per round after the first: the round runs on a fresh replica (a new agent on the
+    /// same store, nothing in memory).
+    pub switches: Vec<bool>,
+    /// The first round's call is dropped (a crash) after this many polls, and the next
+    /// round resumes on a fresh replica.
+    pub crash_polls: Option<usize>,
 }
 
 impl Case {
@@ -367,11 +373,16 @@ pub fn case() -> impl Strategy<Value = Case> {
         prop::collection::vec(1usize..9, 1..6),
         prop::collection::vec(answer(), 1..6),
     );
-    (tree, chain, run).prop_map(
+    let replicas = (
+        prop::collection::vec(prop::bool::weighted(0.4), 3),
+        prop::option::weighted(0.3, 1usize..80),
+    );
+    (tree, chain, run, replicas).prop_map(
         |(
             (decls, general_purpose, factory, max_depth, markdown),
             (hooks, approval, mask, content),
             (max_calls, stream, scripts, splits, human),
+            (switches, crash_polls),
         )| Case {
             hooks,
             approval,
@@ -387,6 +398,8 @@ pub fn case() -> impl Strategy<Value = Case> {
             scripts,
             splits,
             human,
+            switches,
+            crash_polls,
         },
     )
 }
