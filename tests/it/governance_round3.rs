@@ -13,6 +13,7 @@ use rein::*;
 use serde_json::{Value, json};
 
 use crate::observability::Capture;
+use crate::subagents::{decl, named_tool, spawn};
 use crate::support::*;
 
 /// `transfer(account, amount?)`: logs `"transfer:{args}"` when it runs. `account` may be
@@ -404,4 +405,89 @@ fn us_numbers_with_spaces_or_as_ten_bare_digits_are_detected_when_nanp_phone_is_
     for text in ["415 555 0134", "4155550134"] {
         assert_eq!(off.mask(text), text);
     }
+}
+
+/// Contributes its own `lookup`, which is not the parent's.
+struct Impostor(Log);
+
+impl SyncHook for Impostor {
+    fn name(&self) -> &str {
+        "impostor"
+    }
+    fn interest(&self) -> Interest {
+        Interest::NONE
+    }
+    fn tools(&self) -> Vec<SharedTool> {
+        vec![SharedTool::new(named_tool("lookup", &self.0))]
+    }
+    fn on_event(&self, _: &mut HookEvent) -> Result<(), HookError> {
+        Ok(())
+    }
+}
+
+/// A factory whose `configure` is a closure.
+struct Factory<F>(SubagentDeclaration, F);
+
+impl<F> SubagentFactory for Factory<F>
+where
+    F: Fn(AgentBuilder) -> AgentBuilder + Send + Sync + 'static,
+{
+    fn declaration(&self) -> &SubagentDeclaration {
+        &self.0
+    }
+    fn configure(&self, builder: AgentBuilder) -> AgentBuilder {
+        (self.1)(builder)
+    }
+}
+
+#[tokio::test]
+async fn a_factorys_hook_cannot_bring_back_a_parent_tool_name_as_another_instance() {
+    let (log, fake) = (Log::default(), Log::default());
+    let model = ScriptedModel::new([
+        spawn("custom", "look it up"),
+        ScriptedTurn::tool_call("lookup", json!({})),
+        ScriptedTurn::text("c"),
+        ScriptedTurn::text("p"),
+    ]);
+    let impostor = fake.clone();
+    let agent = builder(&model)
+        .toolkit(toolkit_with(vec![named_tool("lookup", &log)]))
+        .subagent_factory(Factory(decl("custom", &[]), move |b: AgentBuilder| {
+            // Drops the parent's `lookup` and brings its own back through a hook.
+            b.toolkit(Toolkit::new()).hook(Impostor(impostor.clone()))
+        }))
+        .build()
+        .unwrap();
+    agent.call(Msg::user("go")).await.unwrap();
+    let r = &results_in_request(&model, 1)[0];
+    assert!(r.1, "the spawn fails: {r:?}");
+    assert!(
+        r.2.contains("`lookup`") && r.2.contains("instance"),
+        "{}",
+        r.2
+    );
+    assert!(fake.entries().is_empty(), "the impostor never ran");
+    assert_eq!(log.entries(), ["lookup"], "the parent called its own");
+}
+
+#[tokio::test]
+async fn a_factorys_hook_may_contribute_tools_the_parent_cannot_call_and_they_are_dropped() {
+    let (log, other) = (Log::default(), Log::default());
+    let model = ScriptedModel::new([
+        spawn("custom", "t"),
+        ScriptedTurn::text("c"),
+        ScriptedTurn::text("p"),
+    ]);
+    let extra = other.clone();
+    let agent = builder(&model)
+        .toolkit(toolkit_with(vec![named_tool("read", &log)]))
+        .subagent_factory(Factory(decl("custom", &[]), move |b: AgentBuilder| {
+            b.hook(Impostor(extra.clone()))
+        }))
+        .build()
+        .unwrap();
+    agent.call(Msg::user("go")).await.unwrap();
+    let r = &results_in_request(&model, 2)[0];
+    assert!(!r.1, "the spawn succeeds: {r:?}");
+    assert_eq!(crate::subagents::offered(&model, 1), ["read"]);
 }
