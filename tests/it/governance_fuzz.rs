@@ -19,6 +19,11 @@
 //! - no panic reaches the caller, and the call fails only when an aborting hook or the
 //!   redo limit says so.
 //!
+//! `round3` adds (issue 31): conditions over every JSON form of a number, personal data
+//! in the keys of audited arguments at every depth and written through Unicode
+//! separators, and in capped arguments, whose reasons, trail entries and logs never
+//! quote it.
+//!
 //! Cases: `REIN_FUZZ_CASES` (or `PROPTEST_CASES`), default 96. A longer run:
 //! `REIN_FUZZ_CASES=5000 cargo test --all-features --test it governance_fuzz -- --nocapture`.
 
@@ -26,6 +31,7 @@ mod case;
 mod check;
 mod hooks;
 mod model;
+mod round3;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
