@@ -341,7 +341,6 @@ impl ToolGuardHook {
                 changed |= inject(&mut input, &at.tokens, value);
             }
             for cap in &rule.caps {
-                let reveal = reveal(&cap.at);
                 let mut visit = |v: &mut Value| self.clamp(call, cap, v, reveal);
                 changed |= visit_mut(&mut input, &cap.at.tokens, &mut visit).map_err(|r| r.0)?;
             }
@@ -362,14 +361,14 @@ impl ToolGuardHook {
         }))
     }
 
-    /// Clamps one value in place; returns whether it changed. `reveal`: the clamp log
-    /// shows the values rather than their digests.
+    /// Clamps one value in place; returns whether it changed. `reveal`: whether the
+    /// clamp log shows the values rather than their digests (asked only for a clamp).
     fn clamp(
         &self,
         call: &ToolUse,
         cap: &Cap,
         v: &mut Value,
-        reveal: bool,
+        reveal: &dyn Fn(&Pointer) -> bool,
     ) -> Result<bool, Rejection> {
         // The reason says what kind of value was found, never the value: it reaches
         // the decision trail, the `rein::decision` events and the logs.
@@ -405,6 +404,7 @@ impl ToolGuardHook {
         let Some(new) = clamped else {
             return Ok(false);
         };
+        let reveal = reveal(&cap.at);
         let shown = |x: &Value| if reveal { x.to_string() } else { digest(x) };
         tracing::warn!(
             target: "rein::tool_guard",
@@ -622,16 +622,18 @@ impl SyncHook for ToolGuardHook {
             return Ok(());
         }
         // Clamped values are logged readable only under the operator's opt-in:
-        // `record_content`, or `RevealNumbers` listing the capped field.
-        let all = e.meta.mode.reveal;
-        let listed = e.context().extensions().get::<RevealNumbers>();
-        let tool = e.tool_use().name.clone();
+        // `record_content`, or `RevealNumbers` listing the capped field (looked up
+        // only when a value is clamped).
         let reveal = |at: &Pointer| {
-            all || listed.as_ref().is_some_and(|r| {
-                r.fields()
-                    .iter()
-                    .any(|(t, p)| *t == tool && at.pointer_form() == *p)
-            })
+            e.meta.mode.reveal
+                || e.context()
+                    .extensions()
+                    .get::<RevealNumbers>()
+                    .is_some_and(|r| {
+                        let tool = e.tool_use().name.as_str();
+                        let pointer = at.pointer_form();
+                        r.fields().iter().any(|(t, p)| t == tool && *p == pointer)
+                    })
         };
         match self.guard_with(e.tool_use(), &reveal) {
             Ok(Some(guarded)) => e.set_tool_use(guarded),
