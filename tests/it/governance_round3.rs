@@ -491,3 +491,18 @@ async fn a_factorys_hook_may_contribute_tools_the_parent_cannot_call_and_they_ar
     assert!(!r.1, "the spawn succeeds: {r:?}");
     assert_eq!(crate::subagents::offered(&model, 1), ["read"]);
 }
+
+#[test]
+fn a_streamed_number_with_unicode_separators_is_never_emitted_in_unmasked_parts() {
+    let m = SensitiveDataMasker::default();
+    let text = "pay 4111\u{a0}1111\u{a0}1111\u{a0}1111, 4111\u{2011}1111\u{2011}1111\u{2011}1111 or call １３８００１３８０００ now";
+    let whole = m.mask(text).into_owned();
+    assert!(!whole.contains("1111") && !whole.contains("８０００"), "{whole}");
+    // Every split a streaming masker can make: emit up to the stable prefix, carry the rest.
+    for (cut, _) in text.char_indices().skip(1) {
+        let head = &text[..cut];
+        let n = m.stable_prefix_len(head);
+        let streamed = format!("{}{}", m.mask(&head[..n]), m.mask(&text[n..]));
+        assert_eq!(streamed, whole, "split at {cut} (stable {n})");
+    }
+}

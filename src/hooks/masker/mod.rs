@@ -436,7 +436,10 @@ struct Inner {
 ///
 /// Built-in kinds are found in a single byte-level pass with no regex: every kind is found
 /// from a run of ASCII digits (looking back for a `+`, `(` or IBAN letters) or an `@`.
-/// Text without an ASCII digit and without `@` is skipped after one scan, and when nothing matches [`SensitiveDataMasker::mask`]
+/// Text holding a character read through for detection (see above; found by a byte scan
+/// of non-ASCII text) is scanned a second time on a normalised copy. Text without an
+/// ASCII digit, `@` or such a character is skipped after one scan, and when nothing
+/// matches [`SensitiveDataMasker::mask`]
 /// returns [`Cow::Borrowed`] without allocating. Each extra pattern costs one regex pass.
 ///
 /// Cloning is cheap (one [`Arc`] increment); the type is `Send + Sync`. Build a customised

@@ -42,6 +42,19 @@ pub(crate) fn is_normalised(c: char) -> bool {
     norm(c).is_some()
 }
 
+/// Whether `text` holds a character [`norm`] changes. Every such character's UTF-8
+/// form starts with `0xC2`, `0xE2`, `0xE3` or `0xEF`, so other bytes (most of CJK text,
+/// `0xE4`–`0xE9`) are skipped without decoding.
+fn has_normalised(text: &str) -> bool {
+    text.bytes().enumerate().any(|(i, b)| {
+        matches!(b, 0xC2 | 0xE2 | 0xE3 | 0xEF)
+            && text
+                .get(i..)
+                .and_then(|t| t.chars().next())
+                .is_some_and(|c| norm(c).is_some())
+    })
+}
+
 /// A normalised copy of a text and, per byte of it, the byte range of the original
 /// character it came from.
 pub(super) struct Normalised {
@@ -53,7 +66,7 @@ impl Normalised {
     /// The normalised copy of `text`, or `None` when no character of it is normalised
     /// (then the first scan saw everything).
     pub(super) fn of(text: &str) -> Option<Self> {
-        if text.is_ascii() || !text.chars().any(|c| norm(c).is_some()) {
+        if text.is_ascii() || !has_normalised(text) {
             return None;
         }
         let mut out = String::with_capacity(text.len());
