@@ -497,7 +497,10 @@ fn a_streamed_number_with_unicode_separators_is_never_emitted_in_unmasked_parts(
     let m = SensitiveDataMasker::default();
     let text = "pay 4111\u{a0}1111\u{a0}1111\u{a0}1111, 4111\u{2011}1111\u{2011}1111\u{2011}1111 or call １３８００１３８０００ now";
     let whole = m.mask(text).into_owned();
-    assert!(!whole.contains("1111") && !whole.contains("８０００"), "{whole}");
+    assert!(
+        !whole.contains("1111") && !whole.contains("８０００"),
+        "{whole}"
+    );
     // Every split a streaming masker can make: emit up to the stable prefix, carry the rest.
     for (cut, _) in text.char_indices().skip(1) {
         let head = &text[..cut];

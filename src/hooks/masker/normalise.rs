@@ -43,16 +43,45 @@ pub(crate) fn is_normalised(c: char) -> bool {
 }
 
 /// Whether `text` holds a character [`norm`] changes. Every such character's UTF-8
-/// form starts with `0xC2`, `0xE2`, `0xE3` or `0xEF`, so other bytes (most of CJK text,
-/// `0xE4`–`0xE9`) are skipped without decoding.
+/// form starts with `0xC2`, `0xE2`, `0xE3` or `0xEF`: those lead bytes (and `0xC3`,
+/// which shares the test) are found eight bytes at a time, so other text (most of CJK
+/// text, `0xE4`–`0xE9`) is skipped without decoding.
 fn has_normalised(text: &str) -> bool {
-    text.bytes().enumerate().any(|(i, b)| {
-        matches!(b, 0xC2 | 0xE2 | 0xE3 | 0xEF)
-            && text
-                .get(i..)
-                .and_then(|t| t.chars().next())
-                .is_some_and(|c| norm(c).is_some())
-    })
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = LO * 0x80;
+    const LOW7: u64 = LO * 0x7F;
+    // The zero bytes of `y`, flagged `0x80` in their lane; exact per byte (no carries).
+    let zero = |y: u64| !(((y & LOW7) + LOW7) | y) & HI;
+    let b = text.as_bytes();
+    // Decided on the bytes after the lead byte, without decoding: CJK punctuation
+    // (`、`, `，`, `（`) shares these lead bytes and is common.
+    let normalised_at = |i: usize| match b.get(i..).unwrap_or_default() {
+        [0xC2, 0xA0 | 0xAD, ..] | [0xE3, 0x80, 0x80, ..] | [0xEF, 0xBB, 0xBF, ..] => true,
+        [0xE2, 0x80, 0x87..=0x8D | 0x90..=0x93 | 0xAF, ..] => true,
+        [0xE2, 0x81, 0xA0, ..] | [0xE2, 0x88, 0x92, ..] => true,
+        [0xEF, 0xBC, 0x8B | 0x8D | 0x90..=0x99, ..] => true,
+        _ => false,
+    };
+    let mut i = 0;
+    while let Some(chunk) = b.get(i..i + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word);
+        // `x & 0xDE == 0xC2` holds for 0xC2, 0xC3, 0xE2 and 0xE3.
+        let mut hits = zero((x & (LO * 0xDE)) ^ (LO * 0xC2)) | zero(x ^ (LO * 0xEF));
+        while hits != 0 {
+            if normalised_at(i + (hits.trailing_zeros() / 8) as usize) {
+                return true;
+            }
+            hits &= hits - 1;
+        }
+        i += 8;
+    }
+    b.get(i..)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .any(|(j, &x)| matches!(x, 0xC2 | 0xE2 | 0xE3 | 0xEF) && normalised_at(i + j))
 }
 
 /// A normalised copy of a text and, per byte of it, the byte range of the original
@@ -101,5 +130,28 @@ impl Normalised {
             end,
             kind: c.kind,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_byte_scan_finds_exactly_the_normalised_characters_at_every_offset() {
+        for c in (0x80..0x1_0000).filter_map(char::from_u32) {
+            let one = c.to_string();
+            assert_eq!(has_normalised(&one), norm(c).is_some(), "{c:?}");
+        }
+        for pad in 0..17 {
+            for c in ['\u{a0}', '\u{2011}', '\u{3000}', '\u{feff}', '５', '＋'] {
+                let text = format!("{}{c}{}", "中".repeat(pad), "b".repeat(pad % 5));
+                assert!(has_normalised(&text), "{pad} {c:?}");
+            }
+            for c in ['é', '、', '，', '（', '—', 'x'] {
+                let text = format!("{}{c}{}", "a".repeat(pad), "b".repeat(pad % 3));
+                assert!(!has_normalised(&text), "{pad} {c:?}");
+            }
+        }
     }
 }
