@@ -55,12 +55,17 @@ fn has_normalised(text: &str) -> bool {
     let b = text.as_bytes();
     // Decided on the bytes after the lead byte, without decoding: CJK punctuation
     // (`、`, `，`, `（`) shares these lead bytes and is common.
-    let normalised_at = |i: usize| match b.get(i..).unwrap_or_default() {
-        [0xC2, 0xA0 | 0xAD, ..] | [0xE3, 0x80, 0x80, ..] | [0xEF, 0xBB, 0xBF, ..] => true,
-        [0xE2, 0x80, 0x87..=0x8D | 0x90..=0x93 | 0xAF, ..] => true,
-        [0xE2, 0x81, 0xA0, ..] | [0xE2, 0x88, 0x92, ..] => true,
-        [0xEF, 0xBC, 0x8B | 0x8D | 0x90..=0x99, ..] => true,
-        _ => false,
+    let normalised_at = |i: usize| {
+        matches!(
+            b.get(i..).unwrap_or_default(),
+            [0xC2, 0xA0 | 0xAD, ..]
+                | [0xE3, 0x80, 0x80, ..]
+                | [0xEF, 0xBB, 0xBF, ..]
+                | [0xE2, 0x80, 0x87..=0x8D | 0x90..=0x93 | 0xAF, ..]
+                | [0xE2, 0x81, 0xA0, ..]
+                | [0xE2, 0x88, 0x92, ..]
+                | [0xEF, 0xBC, 0x8B | 0x8D | 0x90..=0x99, ..]
+        )
     };
     let mut i = 0;
     while let Some(chunk) = b.get(i..i + 8) {
