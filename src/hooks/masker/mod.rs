@@ -56,7 +56,8 @@ pub enum SensitiveKind {
     /// `+1 (415) 555-0134`, `+44 20 7946 0958` (config name `phone`).
     Phone,
     /// A North American (NANP) number without `+1`: `(415) 555-0134`, `415-555-0134`,
-    /// `415.555.0134`, optionally after `1-` (config name `nanp_phone`).
+    /// `415.555.0134`, `415 555 0134`, bare `4155550134`, optionally after `1-` (config
+    /// name `nanp_phone`).
     NanpPhone,
     /// An IBAN with a valid ISO 13616 mod-97 checksum and country length (config name `iban`).
     Iban,
