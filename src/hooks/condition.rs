@@ -16,7 +16,13 @@ use crate::hook::{HookError, HookSite};
 /// {path: /note, exists: true}         # the field is present
 /// ```
 ///
-/// Numbers written as strings (`"5000"`) compare as numbers. **Fail closed:** when a
+/// **Numbers compare numerically in every form**, in `gt`/`gte`/`lt`/`lte` and in
+/// `eq`/`ne` alike: `12345`, `12345.0`, `1.2345e4` and the numeric string `"12345"`
+/// (surrounding whitespace ignored) are one value, so `{eq: 12345}` holds for all of
+/// them. Integers compare exactly (no rounding through `f64`). A **string** that is not a
+/// number compares exactly: case, whitespace and Unicode form matter (`"EUR"` is not
+/// `"eur"` nor `" EUR"`); arrays and objects compare element by element under the same
+/// rules. **Fail closed:** when a
 /// numeric comparison cannot be made — the field is missing, or is not a number — the
 /// condition *holds*, so the guarded action (asking for approval, denying) happens. A
 /// condition is evaluated on the call's final form (after caps and rewrites: the
@@ -39,10 +45,12 @@ pub struct ArgCondition {
     /// Holds when the argument is at most this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lte: Option<f64>,
-    /// Holds when the argument equals this JSON value.
+    /// Holds when the argument equals this value (numbers numerically, see the type's
+    /// docs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eq: Option<Value>,
-    /// Holds when the argument differs from this JSON value (or is missing).
+    /// Holds when the argument differs from this value (numbers numerically) or is
+    /// missing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ne: Option<Value>,
     /// Holds when the argument is present (`true`) or absent (`false`).
@@ -141,12 +149,12 @@ impl ArgCondition {
             return false;
         }
         if let Some(eq) = &self.eq
-            && v != Some(eq)
+            && !v.is_some_and(|v| same_value(v, eq))
         {
             return false;
         }
         if let Some(ne) = &self.ne
-            && v == Some(ne)
+            && v.is_some_and(|v| same_value(v, ne))
         {
             return false;
         }
@@ -162,6 +170,73 @@ impl ArgCondition {
             && self.gte.is_none_or(|b| x >= b)
             && self.lt.is_none_or(|b| x < b)
             && self.lte.is_none_or(|b| x <= b)
+    }
+}
+
+/// A number read from any JSON form a schema may admit for it: exact when integral.
+#[derive(Clone, Copy, Debug)]
+enum Num {
+    Int(i128),
+    Float(f64),
+}
+
+impl Num {
+    fn of(v: &Value) -> Option<Self> {
+        match v {
+            Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) => Some(Num::Int(i128::from(i))),
+                (None, Some(u)) => Some(Num::Int(i128::from(u))),
+                _ => n.as_f64().filter(|x| x.is_finite()).map(Num::Float),
+            },
+            Value::String(s) => {
+                let t = s.trim();
+                // `parse::<f64>` also accepts `inf`/`NaN`: only finite numbers count.
+                match t.parse::<i128>() {
+                    Ok(i) => Some(Num::Int(i)),
+                    Err(_) => t
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|x| x.is_finite())
+                        .map(Num::Float),
+                }
+            }
+            _ => None,
+        }
+    }
+
+    fn eq(self, other: Num) -> bool {
+        match (self, other) {
+            (Num::Int(a), Num::Int(b)) => a == b,
+            (Num::Int(i), Num::Float(f)) | (Num::Float(f), Num::Int(i)) => {
+                // Exact: a float equals an integer only when it is that integer.
+                f.fract() == 0.0 && f.abs() < 1.7e38 && f as i128 == i
+            }
+            (Num::Float(a), Num::Float(b)) => a == b,
+        }
+    }
+}
+
+/// JSON equality in which numbers (and numeric strings) compare numerically, at every
+/// depth.
+fn same_value(a: &Value, b: &Value) -> bool {
+    let numeric = |v: &Value| matches!(v, Value::Number(_) | Value::String(_));
+    if numeric(a)
+        && numeric(b)
+        && (a.is_number() || b.is_number() || a != b)
+        && let (Some(x), Some(y)) = (Num::of(a), Num::of(b))
+    {
+        return x.eq(y);
+    }
+    match (a, b) {
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_value(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, p)| y.get(k).is_some_and(|q| same_value(p, q)))
+        }
+        _ => a == b,
     }
 }
 

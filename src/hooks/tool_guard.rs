@@ -9,7 +9,9 @@ use serde_json::{Map, Number, Value};
 use super::condition::ArgCondition;
 use super::masking::OnError;
 use crate::error::BuildError;
-use crate::hook::{EventKind, FailurePolicy, HookError, HookEvent, HookSite, Interest, SyncHook};
+use crate::hook::{
+    EventKind, FailurePolicy, HookError, HookEvent, HookSite, Interest, RevealNumbers, SyncHook,
+};
 use crate::message::ToolUse;
 
 /// Bounds of a numeric cap. At least one is required; `max` must not be negative
@@ -134,6 +136,15 @@ struct Pointer {
 }
 
 impl Pointer {
+    /// The address as a JSON pointer (`amount` → `/amount`).
+    fn pointer_form(&self) -> String {
+        if self.display.starts_with('/') {
+            self.display.clone()
+        } else {
+            format!("/{}", self.display.replace('~', "~0").replace('/', "~1"))
+        }
+    }
+
     fn parse(key: &str, wildcards: bool) -> Result<Self, String> {
         if key.is_empty() {
             return Err("the parameter name is empty".to_owned());
@@ -247,7 +258,12 @@ struct Rejection(String);
 ///
 /// A change is applied with [`set_tool_use`](crate::PreActingEvent::set_tool_use), so
 /// the tool runs with the guarded arguments and memory records them; the call id is
-/// kept. Clamps are logged at `warn` on the `rein::tool_guard` target. A call already
+/// kept. Clamps are logged at `warn` on the `rein::tool_guard` target, the old and new
+/// values as digests (`"4B#…"`) unless the agent records content
+/// ([`record_content`](crate::AgentBuilder::record_content)) or a
+/// [`RevealNumbers`](crate::observe::RevealNumbers) in the run lists the field. A
+/// denial's reason names the parameter and the kind of value found, never the value
+/// (it reaches the decision trail, `rein::decision` events and logs). A call already
 /// denied by an earlier hook is left alone.
 pub struct ToolGuardHook {
     config: ToolGuardConfig,
@@ -300,7 +316,21 @@ impl ToolGuardHook {
     /// Applies the rules to a tool call: `Ok(Some(call))` when the arguments changed,
     /// `Ok(None)` when they are fine as they are, `Err(reason)` when the call must be
     /// denied.
+    ///
+    /// The denial reason never quotes an argument's value (it names the parameter and
+    /// the kind of value found), and the clamp logs show digests of the values (see
+    /// the type's docs for the opt-in that shows them).
     pub fn guard(&self, call: &ToolUse) -> Result<Option<ToolUse>, String> {
+        self.guard_with(call, &|_| false)
+    }
+
+    /// [`ToolGuardHook::guard`], logging a clamp's values readable for the parameters
+    /// `reveal` accepts (by the cap's address).
+    fn guard_with(
+        &self,
+        call: &ToolUse,
+        reveal: &dyn Fn(&Pointer) -> bool,
+    ) -> Result<Option<ToolUse>, String> {
         let mut input = call.input.clone();
         let mut changed = false;
         for rule in &self.rules {
@@ -311,7 +341,7 @@ impl ToolGuardHook {
                 changed |= inject(&mut input, &at.tokens, value);
             }
             for cap in &rule.caps {
-                let mut visit = |v: &mut Value| self.clamp(call, cap, v);
+                let mut visit = |v: &mut Value| self.clamp(call, cap, v, reveal);
                 changed |= visit_mut(&mut input, &cap.at.tokens, &mut visit).map_err(|r| r.0)?;
             }
         }
@@ -331,8 +361,17 @@ impl ToolGuardHook {
         }))
     }
 
-    /// Clamps one value in place; returns whether it changed.
-    fn clamp(&self, call: &ToolUse, cap: &Cap, v: &mut Value) -> Result<bool, Rejection> {
+    /// Clamps one value in place; returns whether it changed. `reveal`: whether the
+    /// clamp log shows the values rather than their digests (asked only for a clamp).
+    fn clamp(
+        &self,
+        call: &ToolUse,
+        cap: &Cap,
+        v: &mut Value,
+        reveal: &dyn Fn(&Pointer) -> bool,
+    ) -> Result<bool, Rejection> {
+        // The reason says what kind of value was found, never the value: it reaches
+        // the decision trail, the `rein::decision` events and the logs.
         let reject = |got: &str| {
             Rejection(format!(
                 "argument `{}` of tool `{}` must be a finite number {}; got {got}",
@@ -344,9 +383,10 @@ impl ToolGuardHook {
         let clamped = match v {
             Value::Number(n) => clamp_number(n, cap.min, cap.max),
             Value::String(s) => {
-                let parsed: f64 = s.trim().parse().map_err(|_| reject(&format!("{s:?}")))?;
+                const NOT_NUMERIC: &str = "a string that is not a finite number";
+                let parsed: f64 = s.trim().parse().map_err(|_| reject(NOT_NUMERIC))?;
                 if !parsed.is_finite() {
-                    return Err(reject(&format!("{s:?}")));
+                    return Err(reject(NOT_NUMERIC));
                 }
                 let bounded = bound(parsed, cap.min, cap.max);
                 let integral = s.trim().parse::<i128>().is_ok();
@@ -357,25 +397,39 @@ impl ToolGuardHook {
                 }
             }
             Value::Null => return Err(reject("null")),
-            Value::Bool(b) => return Err(reject(&b.to_string())),
+            Value::Bool(_) => return Err(reject("a boolean")),
             Value::Array(_) => return Err(reject("an array")),
             Value::Object(_) => return Err(reject("an object")),
         };
         let Some(new) = clamped else {
             return Ok(false);
         };
+        let reveal = reveal(&cap.at);
+        let shown = |x: &Value| if reveal { x.to_string() } else { digest(x) };
         tracing::warn!(
             target: "rein::tool_guard",
             tool = %call.name,
             tool_call_id = %call.id,
             param = %cap.at.display,
-            from = %v,
-            to = %new,
+            from = %shown(v),
+            to = %shown(&new),
             "numeric argument clamped"
         );
         *v = new;
         Ok(true)
     }
+}
+
+/// A value's digest for logs, in the decision trail's form (`"{len}B#{fnv64}"`): equal
+/// values are recognisable, the value is not readable.
+fn digest(v: &Value) -> String {
+    let text = v.to_string();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{}B#{hash:016x}", text.len())
 }
 
 fn describe_condition(c: &ArgCondition) -> String {
@@ -567,7 +621,21 @@ impl SyncHook for ToolGuardHook {
         if e.is_denied() {
             return Ok(());
         }
-        match self.guard(e.tool_use()) {
+        // Clamped values are logged readable only under the operator's opt-in:
+        // `record_content`, or `RevealNumbers` listing the capped field (looked up
+        // only when a value is clamped).
+        let reveal = |at: &Pointer| {
+            e.meta.mode.reveal
+                || e.context()
+                    .extensions()
+                    .get::<RevealNumbers>()
+                    .is_some_and(|r| {
+                        let tool = e.tool_use().name.as_str();
+                        let pointer = at.pointer_form();
+                        r.fields().iter().any(|(t, p)| t == tool && *p == pointer)
+                    })
+        };
+        match self.guard_with(e.tool_use(), &reveal) {
             Ok(Some(guarded)) => e.set_tool_use(guarded),
             Ok(None) => {}
             Err(reason) => {

@@ -12,7 +12,8 @@ use super::narrow::{self, Granted};
 use super::plan::ChildPlan;
 use super::registry::Registry;
 use super::spec::{
-    check_child_root, child_policy, isolated_root, nested_dir, read_agents_md, root_stamp,
+    check_child_policy_entries, check_child_root, child_policy, isolated_root, nested_dir,
+    read_agents_md, root_stamp,
 };
 use super::{GENERAL_PURPOSE, SPAWN_TOOL, SubagentDeclaration, SubagentFactory};
 use crate::agent::{
@@ -154,6 +155,13 @@ impl Delegation {
                 // The child sits at depth + 1 and delegates while below the maximum.
                 let levels = t.config.max_depth.saturating_sub(t.info.depth + 1);
                 check_child_root(&id, &root, &decl.tools, levels, &mut seen)?;
+                let own = child_policy(&id, &root)?;
+                check_child_policy_entries(
+                    &root,
+                    own.as_deref(),
+                    &t.callable,
+                    t.policy.as_deref(),
+                )?;
             }
         }
         Ok(())
@@ -278,7 +286,11 @@ impl Delegation {
         let root = isolated_root(id, decl.workspace.as_ref(), t.workspace.as_deref())?;
         let own_dir = nested_dir(root.as_deref(), &decl.tools);
         let own_policy = match &root {
-            Some(root) => child_policy(id, root)?,
+            Some(root) => {
+                let own = child_policy(id, root)?;
+                check_child_policy_entries(root, own.as_deref(), &t.callable, t.policy.as_deref())?;
+                own
+            }
             None => None,
         };
         let agents_md = match &root {

@@ -6,9 +6,14 @@
 //! - **Tools, by instance.** Every tool in the child's toolkit whose name the parent can
 //!   call must be the *same instance* (`Arc` identity) the parent holds under that name.
 //!   A different instance under a permitted name fails the spawn; a name the parent
-//!   cannot call is dropped by the tool bound as before. Hook-contributed tools are not
-//!   in the toolkit: they are installed at build time only if they survive the hook-tool
-//!   filter, the allowlist, `tools.json` and the parent's callable names.
+//!   cannot call is dropped by the tool bound as before. The same holds **wherever the
+//!   tool comes from**: a tool contributed by a hook the child did not inherit (one the
+//!   factory or the declaration added, a registry, the global hooks) under a name the
+//!   parent can call must be the parent's own instance of that name (its toolkit's, or
+//!   one its inherited hooks contribute), so a factory cannot drop `lookup` from the
+//!   toolkit and bring its own `lookup` back through a hook. Hook tools are then
+//!   installed at build time only if they survive the hook-tool filter, the allowlist,
+//!   `tools.json` and the parent's callable names.
 //! - **Limits.** `max_depth`, `max_iters` (the declaration's `steps`), `max_gotos`,
 //!   `tool_timeout` and `hook_timeout` may be lowered, never raised (removing a hook
 //!   timeout the parent has counts as raising). Raising one fails the spawn: nothing is
@@ -31,6 +36,7 @@ use std::time::Duration;
 
 use crate::agent::{AgentBuilder, AgentConfig, HookToolFilter};
 use crate::error::{BuildError, BuildErrorKind};
+use crate::hook::{HookRegistry, RegisteredHook};
 use crate::tool::SharedTool;
 
 /// The limits the runtime set on a child's builder before the factory ran.
@@ -61,6 +67,54 @@ impl Granted {
 
 fn same_instance(a: &SharedTool, b: &SharedTool) -> bool {
     SharedTool::ptr_eq(a, b)
+}
+
+/// The first tool a hook the child did not inherit contributes under a name the parent
+/// can call that is not the parent's own instance of that name, if any.
+fn swapped_hook_tool(
+    parent: &AgentConfig,
+    callable: &HashSet<String>,
+    b: &AgentBuilder,
+) -> Option<String> {
+    let inherited: HashSet<usize> = parent.hooks.iter().map(|h| h.identity).collect();
+    let mut added: Vec<RegisteredHook> = b.config.hooks.clone();
+    for registry in &b.config.registries {
+        added.extend(registry.snapshot());
+    }
+    if b.config.global_hooks {
+        added.extend(HookRegistry::global().snapshot());
+    }
+    added.retain(|h| !inherited.contains(&h.identity));
+    if added.is_empty() {
+        return None;
+    }
+    // Asked only when a new hook contributes a callable name: inherited hooks may build
+    // their tools on every call.
+    let mut parents_hook_tools: Option<Vec<SharedTool>> = None;
+    for hook in &added {
+        for tool in hook.hook.tools() {
+            let name = tool.name();
+            if !callable.contains(name) {
+                continue; // dropped by the tool bound at build
+            }
+            if parent
+                .toolkit
+                .get(name)
+                .is_some_and(|p| same_instance(&p, &tool))
+            {
+                continue;
+            }
+            let theirs = parents_hook_tools
+                .get_or_insert_with(|| parent.hooks.iter().flat_map(|h| h.hook.tools()).collect());
+            if !theirs
+                .iter()
+                .any(|p| p.name() == name && same_instance(p, &tool))
+            {
+                return Some(name.to_owned());
+            }
+        }
+    }
+    None
 }
 
 /// Checks (and, for the hook-tool filter and content recording, re-applies) the rule of
@@ -99,6 +153,16 @@ pub(crate) fn enforce(
         return invalid("declared subagents on it");
     }
     let parent_tools = &parent.toolkit;
+    let swapped = |name: &str| {
+        Err(BuildError::new(
+            BuildErrorKind::Widening,
+            format!(
+                "subagent `{id}`: its factory put a tool instance under the name `{name}` \
+                 that is not the instance its parent holds; a factory may only narrow \
+                 the parent's tools, never swap them"
+            ),
+        ))
+    };
     for name in b.config.toolkit.names() {
         if !callable.contains(&name) {
             continue; // dropped by the tool bound
@@ -107,15 +171,11 @@ pub(crate) fn enforce(
         let parents = parent_tools.get(&name);
         let same = matches!((&held, &parents), (Some(h), Some(p)) if same_instance(h, p));
         if !same {
-            return Err(BuildError::new(
-                BuildErrorKind::Widening,
-                format!(
-                    "subagent `{id}`: its factory put a tool instance under the name `{name}` \
-                     that is not the instance its parent holds; a factory may only narrow \
-                     the parent's tools, never swap them"
-                ),
-            ));
+            return swapped(&name);
         }
+    }
+    if let Some(name) = swapped_hook_tool(parent, callable, b) {
+        return swapped(&name);
     }
 
     // No hook timeout is the longest one.

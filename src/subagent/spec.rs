@@ -26,7 +26,8 @@ pub use crate::tool::policy::ToolsPolicy;
 
 mod workspace;
 pub(crate) use workspace::{
-    check_child_root, child_policy, isolated_root, nested_dir, read_agents_md, root_stamp,
+    check_child_policy_entries, check_child_root, child_policy, isolated_root, nested_dir,
+    read_agents_md, root_stamp,
 };
 
 // ---------------------------------------------------------------------------------------------

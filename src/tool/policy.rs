@@ -38,6 +38,14 @@ const POLICY_KEYS: &[&str] = &["allow", "deny", "mcpServers"];
 /// An empty `allow` means "no allowlist"; an empty `deny` means "deny nothing". The default
 /// policy permits everything. See [`ToolsPolicy::permits`].
 ///
+/// **Every entry must name a tool.** An `allow` or `deny` entry that names no tool the
+/// agent (or a subagent it declares) could have fails the build, naming the file, the
+/// entry and the closest tool (`{"deny": ["Refund"]}` next to a `refund` tool is a typo,
+/// not a policy). An entry that may deliberately match nothing — a tool an MCP server
+/// may add later, a name denied in advance — is written with a leading `?`:
+/// `{"deny": ["?files__delete"]}` denies `files__delete` if it ever exists and is never
+/// an error. The `?` is not part of the name (names are compared exactly after it).
+///
 /// `mcpServers` maps a server id to its configuration (see [`crate::mcp`]):
 ///
 /// ```json
@@ -73,6 +81,9 @@ pub struct ToolsPolicy {
     pub deny: Vec<String>,
     /// MCP servers by id, in file order, with `${VAR}` already substituted.
     pub mcp_servers: IndexMap<String, McpServerConfig>,
+    /// The `allow`/`deny` names written with a leading `?` (stored without it, in
+    /// `allow`/`deny` too): entries that may match no tool without failing the build.
+    pub optional: Vec<String>,
 }
 
 impl ToolsPolicy {
@@ -167,6 +178,48 @@ impl ToolsPolicy {
         }
     }
 
+    /// Checks that every `allow`/`deny` entry not marked optional (`?name`) names a tool
+    /// in `known` (every tool the agent and its subagents could have) or the delegation
+    /// tool. `file` names the policy in the error.
+    ///
+    /// # Errors
+    /// [`BuildErrorKind::Workspace`] with [`SpecErrorKind::InvalidValue`], naming the
+    /// file, the entry (`deny[0]`), the tool it names and the closest known tool.
+    pub(crate) fn check_entries<'a>(
+        &self,
+        file: &Path,
+        known: impl IntoIterator<Item = &'a str> + Clone,
+    ) -> Result<(), BuildError> {
+        for (list, names) in [("allow", &self.allow), ("deny", &self.deny)] {
+            for (i, name) in names.iter().enumerate() {
+                if name == DELEGATION_TOOL
+                    || self.optional.contains(name)
+                    || known.clone().into_iter().any(|k| k == name)
+                {
+                    continue;
+                }
+                let mut all: Vec<&str> = known.clone().into_iter().collect();
+                all.sort_unstable();
+                all.dedup();
+                let hint = closest(name, &all)
+                    .map(|c| format!("did you mean `{c}`? "))
+                    .unwrap_or_default();
+                return Err(BuildError::workspace(SpecError::new(
+                    SpecErrorKind::InvalidValue,
+                    file,
+                    None,
+                    Some(&format!("{list}[{i}]")),
+                    format!(
+                        "names tool `{name}`, which no agent here can have (tools: [{}]); \
+                         {hint}write `?{name}` for an entry that may match no tool",
+                        all.join(", ")
+                    ),
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the policy lets a child keep `tool`.
     ///
     /// `deny` wins over everything, including `delegation_tool`. Otherwise an empty `allow`
@@ -208,7 +261,28 @@ impl<'de> Visitor<'de> for PolicyVisitor<'_> {
                 policy.mcp_servers = map.next_value_seed(Check::new(at, Servers(self.1)))?;
                 continue;
             }
-            let names = map.next_value_seed(Check::new(at, NamesRule { comma: false }))?;
+            let written = map.next_value_seed(Check::new(at, NamesRule { comma: false }))?;
+            let mut names = Vec::with_capacity(written.len());
+            for name in written {
+                match name.strip_prefix('?').map(str::trim) {
+                    Some("") => {
+                        return Err(at.invalid("`?` must be followed by a tool name".to_owned()));
+                    }
+                    Some(optional) => {
+                        if !policy.optional.iter().any(|n| n == optional) {
+                            policy.optional.push(optional.to_owned());
+                        }
+                        if !names.iter().any(|n| n == optional) {
+                            names.push(optional.to_owned());
+                        }
+                    }
+                    None => {
+                        if !names.contains(&name) {
+                            names.push(name);
+                        }
+                    }
+                }
+            }
             if key == "deny" {
                 policy.deny = names;
             } else {
@@ -242,6 +316,33 @@ impl Bound<'_> {
                 .is_none_or(|p| p.permits(name, DELEGATION_TOOL))
             && self.callable.is_none_or(|c| c.contains(name))
     }
+}
+
+/// The candidate nearest to `name` (case-insensitive edit distance), if near enough to
+/// be a likely typo.
+fn closest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    let lower = name.to_lowercase();
+    candidates
+        .iter()
+        .map(|c| (edit_distance(&lower, &c.to_lowercase()), *c))
+        .filter(|(d, c)| *d <= (c.len().max(name.len()) / 3).max(2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 /// Fails when a declaration's allowlist names a tool its parent cannot call.
@@ -286,4 +387,42 @@ pub(crate) fn load_policy(workspace: &Path) -> Result<Option<Arc<ToolsPolicy>>, 
     ToolsPolicy::load(&workspace.join("tools.json"))
         .map(|p| p.map(Arc::new))
         .map_err(BuildError::workspace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(text: &str) -> ToolsPolicy {
+        ToolsPolicy::parse(Path::new("ws/tools.json"), text).unwrap()
+    }
+
+    #[test]
+    fn an_entry_naming_no_known_tool_fails_naming_file_entry_and_closest_tool() {
+        let p = parsed(r#"{"allow": ["lookup"], "deny": ["Refund"]}"#);
+        let e = p
+            .check_entries(Path::new("ws/tools.json"), ["lookup", "refund"])
+            .unwrap_err();
+        assert_eq!(e.kind(), BuildErrorKind::Workspace);
+        let text = e.to_string();
+        for part in [
+            "ws/tools.json",
+            "deny[0]",
+            "`Refund`",
+            "did you mean `refund`",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+    }
+
+    #[test]
+    fn optional_entries_and_the_delegation_tool_need_no_tool_and_still_apply() {
+        let p = parsed(r#"{"deny": ["?files__delete", "agent_spawn", " ? later "]}"#);
+        assert_eq!(p.deny, ["files__delete", "agent_spawn", "later"]);
+        assert_eq!(p.optional, ["files__delete", "later"]);
+        p.check_entries(Path::new("tools.json"), ["lookup"])
+            .unwrap();
+        assert!(!p.permits("files__delete", DELEGATION_TOOL));
+        assert!(p.permits("lookup", DELEGATION_TOOL));
+    }
 }

@@ -68,6 +68,10 @@ impl ToolEntry {
         let Some(obj) = parameters.as_object() else {
             return Err(invalid("the schema must be a JSON object".to_owned()));
         };
+        // A typed tool whose argument type the schema cannot express faithfully.
+        if let Some(reason) = obj.get(super::typed::REGISTRATION_ERROR_KEY) {
+            return Err(invalid(reason.as_str().unwrap_or_default().to_owned()));
+        }
         match obj.get("type") {
             None => {}
             Some(Value::String(t)) if t == "object" => {}

@@ -26,6 +26,11 @@
 //!   call — so no approval — ran two effects, and every outcome left unknown is
 //!   surfaced and resolved by the human.
 //!
+//! `round3` adds (issue 31): conditions over every JSON form of a number, personal data
+//! in the keys of audited arguments at every depth and written through Unicode
+//! separators, and in capped arguments, whose reasons, trail entries and logs never
+//! quote it.
+//!
 //! Cases: `REIN_FUZZ_CASES` (or `PROPTEST_CASES`), default 96. A longer run:
 //! `REIN_FUZZ_CASES=5000 cargo test --all-features --test it governance_fuzz -- --nocapture`.
 
@@ -33,6 +38,7 @@ mod case;
 mod check;
 mod hooks;
 mod model;
+mod round3;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};

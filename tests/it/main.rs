@@ -23,6 +23,7 @@ mod faults;
 mod fuzz_inputs;
 mod governance;
 mod governance_fuzz;
+mod governance_round3;
 mod hook_api;
 mod hook_chain;
 mod hook_registry_scoped;

@@ -24,16 +24,17 @@ struct SpanRec {
 }
 
 #[derive(Clone, Debug)]
-struct EventRec {
-    target: String,
+pub(crate) struct EventRec {
+    pub(crate) target: String,
     span: Option<u64>,
-    fields: HashMap<String, String>,
+    pub(crate) fields: HashMap<String, String>,
 }
 
+/// Captures this thread's spans and events (shared with `governance_round3`).
 #[derive(Clone, Default)]
-struct Capture {
+pub(crate) struct Capture {
     spans: Arc<Mutex<Vec<SpanRec>>>,
-    events: Arc<Mutex<Vec<EventRec>>>,
+    pub(crate) events: Arc<Mutex<Vec<EventRec>>>,
 }
 
 struct Fields<'a>(&'a mut HashMap<String, String>);
@@ -124,7 +125,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Router {
 }
 
 /// Clears this thread's capture when dropped.
-struct Installed;
+pub(crate) struct Installed;
 
 impl Drop for Installed {
     fn drop(&mut self) {
@@ -133,7 +134,7 @@ impl Drop for Installed {
 }
 
 impl Capture {
-    fn install(&self) -> Installed {
+    pub(crate) fn install(&self) -> Installed {
         static GLOBAL: std::sync::Once = std::sync::Once::new();
         GLOBAL.call_once(|| {
             let _ = tracing::subscriber::set_global_default(

@@ -25,6 +25,15 @@ fn universe() -> Vec<&'static str> {
         .collect()
 }
 
+/// The text of a `tools.json` with these entries, each written `?name`: the random
+/// universe names tools a case may not have, and this property is about narrowing (an
+/// optional entry narrows exactly like a plain one; the check that plain entries name a
+/// tool is tested in `subagent_workspaces`).
+fn policy_text(allow: &[String], deny: &[String]) -> String {
+    let optional = |names: &[String]| names.iter().map(|n| format!("?{n}")).collect::<Vec<_>>();
+    json!({"allow": optional(allow), "deny": optional(deny)}).to_string()
+}
+
 /// A random `tools.json`: (allow mask, deny mask) over the universe.
 type PolicyMasks = (Vec<bool>, Vec<bool>);
 
@@ -259,10 +268,7 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
         .as_ref()
         .map(|(allow, deny)| (pick(allow, &all), pick(deny, &all)));
     if let Some((allow, deny)) = &policy {
-        ws.write(
-            "tools.json",
-            &json!({"allow": allow, "deny": deny}).to_string(),
-        );
+        ws.write("tools.json", &policy_text(allow, deny));
     }
     let permitted_by_policy = |name: &str| permits(policy.as_ref(), name);
     let mut tools = Toolkit::new();
@@ -336,7 +342,7 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
             let p = (pick(allow_mask, &all), pick(deny_mask, &all));
             let root = ws.0.join(format!("c{i}"));
             std::fs::create_dir_all(&root).unwrap();
-            let text = json!({"allow": p.0, "deny": p.1}).to_string();
+            let text = policy_text(&p.0, &p.1);
             std::fs::write(root.join("tools.json"), text).unwrap();
             child_policies.insert(id.clone(), p);
             // Its own `subagents/` declares `n<i>` (empty allowlist), spawned when the
@@ -347,7 +353,7 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
             if let Some((allow_mask, deny_mask)) = nested_policy {
                 let p = (pick(allow_mask, &all), pick(deny_mask, &all));
                 std::fs::create_dir_all(root.join("nest")).unwrap();
-                let text = json!({"allow": p.0, "deny": p.1}).to_string();
+                let text = policy_text(&p.0, &p.1);
                 std::fs::write(root.join("nest/tools.json"), text).unwrap();
                 child_policies.insert(nested.clone(), p);
                 front.push_str("workspace: {mode: isolated, path: nest}\n");

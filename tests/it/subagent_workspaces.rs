@@ -434,3 +434,64 @@ async fn a_child_workspace_deny_removes_an_mcp_tool() {
     agent.call(Msg::user("go")).await.unwrap();
     assert_eq!(offered(&model, 1), ["read", "mcp__h__deep"]);
 }
+
+#[test]
+fn a_child_tools_json_entry_that_names_no_tool_fails_the_build_naming_file_entry_and_closest_tool()
+{
+    let ws = with_child_policy("typo-deny", r#"{"deny": ["Write"]}"#);
+    let log = Log::default();
+    let model = spawn_once();
+    let err = builder(&model)
+        .toolkit(read_write(&log))
+        .workspace(&ws.0)
+        .subagent(isolated("w", &[], "child"))
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), BuildErrorKind::Workspace, "{err}");
+    let text = err.to_string();
+    for part in [
+        "child/tools.json",
+        "deny[0]",
+        "`Write`",
+        "did you mean `write`",
+        "?Write",
+    ] {
+        assert!(text.contains(part), "{part}: {text}");
+    }
+    assert_eq!(
+        err.workspace_error().map(|s| s.kind()),
+        Some(SpecErrorKind::InvalidValue)
+    );
+}
+
+#[tokio::test]
+async fn a_tools_json_entry_written_optional_may_match_no_tool_and_still_narrows() {
+    let ws = with_child_policy("optional-deny", r#"{"deny": ["?files__delete", "?write"]}"#);
+    let log = Log::default();
+    let model = spawn_once();
+    let agent = read_write_parent(&model, &log, &ws, isolated("w", &[], "child"));
+    agent.call(Msg::user("go")).await.unwrap();
+    assert_eq!(offered(&model, 1), ["read"]);
+}
+
+#[tokio::test]
+async fn a_child_tools_json_may_repeat_a_denial_of_its_parents_policy() {
+    let ws = with_child_policy("repeat-deny", r#"{"deny": ["write"]}"#);
+    ws.write("tools.json", r#"{"deny": ["write"]}"#);
+    let log = Log::default();
+    let model = spawn_once();
+    let agent = read_write_parent(&model, &log, &ws, isolated("w", &[], "child"));
+    agent.call(Msg::user("go")).await.unwrap();
+    assert_eq!(offered(&model, 1), ["read"]);
+}
+
+#[test]
+fn a_bare_question_mark_in_tools_json_is_an_error_naming_the_key() {
+    let err = rein::subagent::spec::ToolsPolicy::parse(
+        std::path::Path::new("tools.json"),
+        r#"{"deny": ["?"]}"#,
+    )
+    .unwrap_err();
+    assert_eq!(err.kind(), SpecErrorKind::InvalidValue);
+    assert!(err.to_string().contains("deny"), "{err}");
+}

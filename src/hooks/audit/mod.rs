@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tokio::time::Instant;
 
 pub use jsonl::{Durability, JsonlAuditSink};
@@ -466,8 +466,9 @@ fn stop_reason(reason: StopReason) -> &'static str {
     }
 }
 
-/// `value` with every string (and every number whose digits are sensitive) masked.
-/// Object keys are kept. A value with nothing to mask is cloned, not rebuilt.
+/// `value` with every string (and every number whose digits are sensitive) masked, and
+/// every object key, at every depth (a key masked like an earlier one gets a ` #n`
+/// suffix, so no entry is lost). A value with nothing to mask is cloned, not rebuilt.
 pub(crate) fn mask_json(masker: &SensitiveDataMasker, value: &Value) -> Value {
     masked_json(masker, value).unwrap_or_else(|| value.clone())
 }
@@ -531,21 +532,34 @@ fn masked_json(masker: &SensitiveDataMasker, value: &Value) -> Option<Value> {
             Some(Value::Array(out))
         }
         Value::Object(map) => {
-            let (first, masked) = map
-                .iter()
-                .enumerate()
-                .find_map(|(i, (_, v))| Some((i, masked_json(masker, v)?)))?;
-            let mut out = map.clone();
-            let mut masked = Some(masked);
-            for (i, (_, v)) in out.iter_mut().enumerate().skip(first) {
-                let replacement = if i == first {
-                    masked.take()
+            // Keys hold personal data too (`{"alice@example.com": …}`): masked like
+            // values. Two keys masked alike stay distinct entries (`***`, `*** #2`).
+            let key_masked = |k: &str| match masker.mask(k) {
+                Cow::Owned(m) => Some(m),
+                Cow::Borrowed(_) => None,
+            };
+            let first = map.iter().position(|(k, v)| {
+                matches!(masker.mask(k), Cow::Owned(_)) || masked_json(masker, v).is_some()
+            })?;
+            let mut out = Map::with_capacity(map.len());
+            for (i, (k, v)) in map.iter().enumerate() {
+                let (key, value) = if i < first {
+                    (k.clone(), v.clone())
                 } else {
-                    masked_json(masker, v)
+                    (
+                        key_masked(k).unwrap_or_else(|| k.clone()),
+                        mask_json(masker, v),
+                    )
                 };
-                if let Some(m) = replacement {
-                    *v = m;
-                }
+                let key = if out.contains_key(&key) {
+                    (2..)
+                        .map(|n| format!("{key} #{n}"))
+                        .find(|c| !out.contains_key(c) && !map.contains_key(c))
+                        .unwrap_or(key)
+                } else {
+                    key
+                };
+                out.insert(key, value);
             }
             Some(Value::Object(out))
         }

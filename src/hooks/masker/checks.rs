@@ -155,12 +155,14 @@ fn domain_end(b: &[u8], ds: usize) -> Option<usize> {
 /// Keeps the first `head` and last 4 ASCII alphanumerics of the last `tail` (or all) of
 /// them and stars the alphanumerics in between; other characters (separators, `+`) are kept.
 pub(super) fn partial_digits(out: &mut String, matched: &str, tail: Option<usize>, head: usize) {
-    let total = matched.bytes().filter(u8::is_ascii_alphanumeric).count();
+    // Full-width digits count as digits: a match may have been detected through them.
+    let unit = |c: char| c.is_ascii_alphanumeric() || matches!(c, '０'..='９');
+    let total = matched.chars().filter(|&c| unit(c)).count();
     let n = tail.map_or(total, |t| t.min(total));
     let skip = total - n;
     let mut idx = 0;
     for ch in matched.chars() {
-        if ch.is_ascii_alphanumeric() {
+        if unit(ch) {
             let keep = idx < skip || idx - skip < head || idx - skip >= n.saturating_sub(4);
             out.push(if keep { ch } else { '*' });
             idx += 1;

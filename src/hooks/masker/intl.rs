@@ -75,6 +75,8 @@ impl Inner {
             self.phone_at(text, s)
         } else if e - s == 3 {
             self.ssn_or_nanp_at(text, s, e)
+        } else if e - s == 10 {
+            self.bare_nanp_at(text, s, e)
         } else {
             None
         }
@@ -194,7 +196,7 @@ impl Inner {
             };
             (s - 1, group_after(b, x - 1, b[x - 1], 3)?, b'-')
         } else {
-            let sep = *b.get(e).filter(|c| matches!(c, b'-' | b'.'))?;
+            let sep = *b.get(e).filter(|c| matches!(c, b'-' | b'.' | b' '))?;
             (s, group_after(b, e, sep, 3)?, sep)
         };
         let line = group_after(b, exchange.1, sep, 4)?;
@@ -211,6 +213,7 @@ impl Inner {
             }
         }
         if in_longer_sequence(b, start, end)
+            || (sep == b' ' && in_spaced_sequence(b, start, end))
             || self.blocks(char_before(text, start))
             || self.blocks(char_at(text, end))
         {
@@ -222,6 +225,38 @@ impl Inner {
             kind: KindId::NanpPhone,
         })
     }
+
+    /// A North American number written as ten bare digits (`4155550134`): the run
+    /// `s..e` is exactly ten digits with a valid area code and exchange.
+    #[inline(never)]
+    fn bare_nanp_at(&self, text: &str, s: usize, e: usize) -> Option<Candidate> {
+        if !self.enabled.on(KindId::NanpPhone) {
+            return None;
+        }
+        let b = text.as_bytes();
+        if !nanp_part_ok(&b[s..s + 3]) || !nanp_part_ok(&b[s + 3..s + 6]) {
+            return None;
+        }
+        if in_longer_sequence(b, s, e)
+            || self.blocks(char_before(text, s))
+            || self.blocks(char_at(text, e))
+        {
+            return None;
+        }
+        Some(Candidate {
+            start: s,
+            end: e,
+            kind: KindId::NanpPhone,
+        })
+    }
+}
+
+/// Whether `start..end` continues a longer space-separated digit sequence
+/// (`12 415 555 0134`, `415 555 0134 7`): such a sequence is one longer number.
+fn in_spaced_sequence(b: &[u8], start: usize, end: usize) -> bool {
+    let before = start >= 2 && b[start - 1] == b' ' && b[start - 2].is_ascii_digit();
+    let after = b.get(end) == Some(&b' ') && b.get(end + 1).is_some_and(u8::is_ascii_digit);
+    before || after
 }
 
 /// The digit group of exactly `len` digits after the separator `sep` at `at`.

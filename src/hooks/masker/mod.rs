@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 mod checks;
 mod config;
 mod intl;
+mod normalise;
 mod scan;
 #[cfg(test)]
 mod tests;
@@ -55,7 +56,8 @@ pub enum SensitiveKind {
     /// `+1 (415) 555-0134`, `+44 20 7946 0958` (config name `phone`).
     Phone,
     /// A North American (NANP) number without `+1`: `(415) 555-0134`, `415-555-0134`,
-    /// `415.555.0134`, optionally after `1-` (config name `nanp_phone`).
+    /// `415.555.0134`, `415 555 0134`, bare `4155550134`, optionally after `1-` (config
+    /// name `nanp_phone`).
     NanpPhone,
     /// An IBAN with a valid ISO 13616 mod-97 checksum and country length (config name `iban`).
     Iban,
@@ -345,7 +347,7 @@ struct Inner {
 ///
 /// [`SensitiveDataMasker::default()`] replaces each of the following with `***`:
 ///
-/// | kind | accepted shape (ASCII digits only) | validation |
+/// | kind | accepted shape (digits and separators as read after normalisation, below) | validation |
 /// |---|---|---|
 /// | [`SensitiveKind::Mobile`] | 11 digits `1[3-9]xxxxxxxxx`; optionally prefixed by `86`, `+86`, `0086`; optionally grouped `3-4-4` with one consistent separator (`138 0013 8000`, `138-0013-8000`, `+86 138 0013 8000`, `+86 13800138000`) | prefix `1[3-9]` only |
 /// | [`SensitiveKind::IdCard`] (18) | 17 digits + digit or `X`/`x` | region (first two digits are a province-level code `11`–`15`, `21`–`23`, `31`–`37`, `41`–`46`, `50`–`54`, `61`–`65`, `71`, `81`–`83`, or `91`–`96` for the 2023 foreigners' permanent-residence card) and birth date `YYYYMMDD` (year 1900–2099, real calendar day, leap years); GB 11643 mod-11 checksum only with [`MaskerBuilder::id_checksum`] (off by default) |
@@ -353,7 +355,7 @@ struct Inner {
 /// | [`SensitiveKind::BankCard`] | 13–19 digits; or grouped `4-4-4-4`, `4-4-4-4-n` (n = 1–3), `4-6-5`, `4-6-4` with one consistent separator | Luhn (on by default, [`MaskerBuilder::luhn_check`]) and issuer prefix (on by default, [`MaskerBuilder::card_prefix_check`]): no leading `0` or `1`, no leading `20` or `21` (no card scheme issues these; they are the shapes of epoch-millisecond timestamps and date-prefixed order numbers) |
 /// | [`SensitiveKind::Email`] | `[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}` (leftmost, longest domain), implemented without a regex | none |
 /// | [`SensitiveKind::Phone`] | `+`, a country code, then digit groups separated by single spaces, `-` or `.`, the group after the country code optionally in parentheses (`+1 (415) 555-0134`, `+1 415-555-0134`, `+44 20 7946 0958`, `+44 (0)20 7946 0958`, `+49 30 901820`, `+33 1 23 45 67 89`, `+14155550134`); the longest valid run of groups is taken | the country code is an assigned ITU-T E.164 code (table, not a library: see `checks::country_code_len`); 8–15 digits in all; for `+1` exactly 10 national digits with area code and exchange `[2-9]xx` (not `x11`); the `+` must not follow a letter or digit |
-/// | [`SensitiveKind::NanpPhone`] | North American numbers without `+1`: `(415) 555-0134`, `(415)555-0134`, `415-555-0134`, `415.555.0134`, optionally after `1-`, `1 ` or `1.` (`1-800-555-0199`) | area code and exchange `[2-9]xx`, not `x11`; not part of a longer group sequence (`2024-415-555-0134`); plain `415 555 0134` and bare `4155550134` are **not** detected (too many order and reference numbers have those shapes) |
+/// | [`SensitiveKind::NanpPhone`] | North American numbers without `+1`: `(415) 555-0134`, `(415)555-0134`, `415-555-0134`, `415.555.0134`, `415 555 0134`, bare ten digits `4155550134`, optionally after `1-`, `1 ` or `1.` (`1-800-555-0199`, `1 415 555 0134`) | area code and exchange `[2-9]xx`, not `x11`; not part of a longer group sequence (`2024-415-555-0134`, `12 415 555 0134`); a bare run of exactly ten digits (so ten-digit order numbers starting `2`–`9` with a valid exchange are masked too: over-masking is the safe direction; epoch-second timestamps start with `1` and are not) |
 /// | [`SensitiveKind::Iban`] | ISO 13616: two upper-case country letters, two check digits, the BBAN (upper-case letters and digits), either contiguous (`DE89370400440532013000`) or in the printed groups of four separated by single spaces (`DE89 3704 0044 0532 0130 00`) | the country's IBAN length (SWIFT registry table) and the mod-97 checksum; lower-case IBANs are not detected |
 /// | [`SensitiveKind::UsSsn`] | `AAA-GG-SSSS` with hyphens (`123-45-6789`) | not a never-issued range: area `000`, `666` or `900`–`999`, group `00`, serial `0000`; not part of a longer group sequence. Unhyphenated nine digits and `123 45 6789` are **not** detected (nine-digit runs are mostly order numbers, ZIP+4 codes and ids) |
 ///
@@ -362,6 +364,21 @@ struct Inner {
 /// `email`, `phone`, `nanp_phone`, `iban`, `us_ssn`). A `+86` mobile number is reported as
 /// [`SensitiveKind::Mobile`]; with `mobile` off it is still masked as a `phone`.
 ///
+/// # Separators and full-width digits
+///
+/// Detection reads through the characters real text puts inside numbers: no-break,
+/// figure, punctuation, thin, hair, narrow no-break and ideographic spaces (U+00A0,
+/// U+2007, U+2008, U+2009, U+200A, U+202F, U+3000) count as a space; hyphen,
+/// non-breaking hyphen, figure dash, en dash, minus sign and full-width hyphen-minus
+/// (U+2010–U+2013, U+2212, U+FF0D) as `-`; soft hyphens, zero-width spaces, non-joiners
+/// and joiners, word joiners and BOMs (U+00AD, U+200B–U+200D, U+2060, U+FEFF) are
+/// ignored; full-width digits `０`–`９` and `＋` count as ASCII. The scan runs on the
+/// text as written and on this normalised reading, and a match in either masks the
+/// **original** span (separators included); so `4111\u{a0}1111\u{a0}1111\u{a0}1111`,
+/// `４１１１１１１１１１１１１１１１` and `138\u{200b}0013\u{200b}8000` are masked, while a
+/// number found without normalising is never lost to it. Other characters (letters,
+/// other punctuation, other scripts' digits) are not read through.
+///
 /// # Tokens and boundaries
 ///
 /// Digit rules never look *inside* a run of digits: the maximal run of ASCII digits `0`–`9`
@@ -369,8 +386,8 @@ struct Inner {
 /// An 11-digit mobile number inside a 20-digit number is therefore not masked, and neither is any
 /// run of 20 or more digits. A run is also not masked when it touches:
 ///
-/// * a full-width digit `０`–`９` (always: a mixed run is one number, and full-width or other
-///   non-ASCII digits are never matched themselves);
+/// * a full-width digit `０`–`９` (always: a mixed run is one number, judged whole in the
+///   normalised reading; other scripts' digits are never matched);
 /// * an ASCII letter, `_`, or a full-width Latin letter, when `alnum_boundary` is on (the
 ///   default). So `SF13800138000`, `ORD202606130012345` and `ID11010119900307721X` are left
 ///   alone, and so is `mobile13800138000` (a deliberate trade-off; write `mobile:1380…` or
@@ -383,13 +400,13 @@ struct Inner {
 ///
 /// Everything else is a boundary: CJK characters, punctuation, whitespace, `+`, `-`, `.`, `,`.
 /// `联系13800138000处理` is masked. Grouped numbers need one consistent separator (a single
-/// ASCII space or a single `-`) and the whole group sequence is judged as one candidate;
+/// space or a single `-`, as read after normalisation) and the whole group sequence is judged as one candidate;
 /// `138 0013-8000` (mixed separators) and `138 0013 8000 2` (an extra group) are not masked.
 /// With `+86`/`0086` the `+` and country code are part of the match.
 ///
 /// # What is deliberately not masked
 ///
-/// Full-width digits (`１３８００１３８０００`); numbers split by other characters
+/// Numbers split by other characters
 /// (`138.0013.8000`, `(138)00138000`, double spaces); national numbers of other countries
 /// written without `+` (`020 7946 0958`, `030 901820`: indistinguishable from other
 /// numbers); Chinese landlines; passport numbers; Hong Kong,
@@ -420,7 +437,10 @@ struct Inner {
 ///
 /// Built-in kinds are found in a single byte-level pass with no regex: every kind is found
 /// from a run of ASCII digits (looking back for a `+`, `(` or IBAN letters) or an `@`.
-/// Text without an ASCII digit and without `@` is skipped after one scan, and when nothing matches [`SensitiveDataMasker::mask`]
+/// Text holding a character read through for detection (see above; found by a byte scan
+/// of non-ASCII text) is scanned a second time on a normalised copy. Text without an
+/// ASCII digit, `@` or such a character is skipped after one scan, and when nothing
+/// matches [`SensitiveDataMasker::mask`]
 /// returns [`Cow::Borrowed`] without allocating. Each extra pattern costs one regex pass.
 ///
 /// Cloning is cheap (one [`Arc`] increment); the type is `Send + Sync`. Build a customised
@@ -535,6 +555,16 @@ impl SensitiveDataMasker {
     fn collect(&self, text: &str, out: &mut Vec<Candidate>) {
         let inner = &*self.inner;
         inner.scan_builtin(text, out);
+        // Numbers written with no-break spaces, joiners, soft hyphens or full-width
+        // digits: detected on a normalised copy, masked over the original span. Both
+        // scans count (their overlaps merge below), so normalising never hides a match.
+        if let Some(norm) = normalise::Normalised::of(text) {
+            let from = out.len();
+            inner.scan_builtin(&norm.text, out);
+            let mapped: Vec<Candidate> =
+                out.drain(from..).filter_map(|c| norm.map_back(c)).collect();
+            out.extend(mapped);
+        }
         for (idx, pattern) in inner.extra.iter().enumerate() {
             for m in pattern.regex.find_iter(text) {
                 if !m.is_empty() {
@@ -629,6 +659,8 @@ pub(crate) fn is_soft(c: char, prev: impl FnOnce() -> Option<char>) -> bool {
     c.is_ascii_alphanumeric()
         || matches!(c, '.' | '_' | '%' | '+' | '-' | '@' | '(' | ')')
         || matches!(c, '０'..='９' | 'Ａ'..='Ｚ' | 'ａ'..='ｚ')
+        // The separators read through for detection may continue a number.
+        || normalise::is_normalised(c)
         || (c == ' '
             && prev().is_some_and(|p| p.is_ascii_digit() || p.is_ascii_uppercase() || p == ')'))
 }

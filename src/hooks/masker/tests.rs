@@ -193,7 +193,7 @@ fn mask_borrows_when_nothing_matches() {
         "hello world",
         "订单 20260613001 已发货",
         "价格 12.50 @ shop",
-        "１３８００１３８０００",
+        "１２３４５",
     ] {
         let cow = m.mask(text);
         assert!(matches!(cow, Cow::Borrowed(_)), "{text}");

@@ -136,9 +136,8 @@ fn cjk_characters_and_punctuation_are_boundaries_not_digits() {
 }
 
 #[test]
-fn full_width_digits_are_not_masked() {
-    let text = "电话１３８００１３８０００";
-    assert_eq!(mask(text), text);
+fn full_width_digits_are_read_as_digits_and_masked() {
+    assert_eq!(mask("电话１３８００１３８０００"), "电话***");
 }
 
 #[test]

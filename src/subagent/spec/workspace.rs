@@ -179,6 +179,33 @@ pub(crate) fn child_policy(id: &str, root: &Path) -> Result<Option<Arc<ToolsPoli
     Ok(policy)
 }
 
+/// Checks that every `allow`/`deny` entry of an isolated child's own `tools.json`
+/// (`policy`, read from `root`) names a tool the child could have: one its parent can
+/// call (`callable`), or one the parent's own policy already names (a child may repeat
+/// its parent's denials). Entries written `?name` may match nothing.
+///
+/// # Errors
+/// [`BuildErrorKind::Workspace`] naming the file, the entry and the closest tool.
+pub(crate) fn check_child_policy_entries(
+    root: &Path,
+    policy: Option<&ToolsPolicy>,
+    callable: &HashSet<String>,
+    parent_policy: Option<&ToolsPolicy>,
+) -> Result<(), BuildError> {
+    let Some(policy) = policy else {
+        return Ok(());
+    };
+    let inherited = parent_policy
+        .into_iter()
+        .flat_map(|p| p.allow.iter().chain(&p.deny));
+    let known: Vec<&str> = callable
+        .iter()
+        .chain(inherited)
+        .map(String::as_str)
+        .collect();
+    policy.check_entries(&root.join("tools.json"), known.iter().copied())
+}
+
 /// `<root>/AGENTS.md`, trimmed, the prompt base of an isolated child; `None` when there is
 /// no entry at all or it is blank.
 ///
