@@ -95,9 +95,11 @@ impl<S> AgentBuilder<S> {
         let chain = HookChain::build(registered, c.hook_timeout)?;
 
         // Hook tools: collected apart, filtered, and only the survivors installed.
+        let mut hook_tool_names = Vec::new();
         for entry in chain.entries() {
             for tool in entry.hook().tools() {
                 let tool_name = tool.name().to_owned();
+                hook_tool_names.push(tool_name.clone());
                 let filter_ok = c.hook_tool_filter.as_ref().is_none_or(|f| f(&tool_name));
                 if !filter_ok || !bound.permits(&tool_name) || tool_name == SPAWN_TOOL {
                     tracing::debug!(
@@ -117,6 +119,15 @@ impl<S> AgentBuilder<S> {
             }
         }
 
+        // A top-level `tools.json` entry must name a tool this agent could have (its own,
+        // its hooks', its MCP servers'), unless it is written `?name`.
+        if child.is_none()
+            && let (Some(p), Some(ws)) = (policy.as_deref(), &c.workspace)
+        {
+            let base = c.toolkit.names();
+            let known = base.iter().chain(&hook_tool_names).map(String::as_str);
+            p.check_entries(&ws.join("tools.json"), known)?;
+        }
         let depth = child.as_ref().map_or(0, |b| b.parent.depth + 1);
         let info = Arc::new(AgentInfo {
             id: c.id.clone().unwrap_or_else(|| new_id("agent")),

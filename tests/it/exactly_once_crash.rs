@@ -269,7 +269,7 @@ async fn effect_worker() {
                 .unwrap();
             if std::env::var("REIN_EFFECT_KILL_AT").as_deref() != Ok("0") {
                 // The first replica to resume reads what waits from the store alone.
-                assert_eq!(pending_approvals_in(&history), [refund.clone()]);
+                assert_eq!(pending_approvals_in(&history), std::slice::from_ref(&refund));
             }
             let decisions = agent::ApprovalDecisions::new().approve_call(&refund);
             agent.resume(&key(&s), decisions).await

@@ -509,3 +509,33 @@ fn a_streamed_number_with_unicode_separators_is_never_emitted_in_unmasked_parts(
         assert_eq!(streamed, whole, "split at {cut} (stable {n})");
     }
 }
+
+/// Issue 31 item 5, top level: a typo in the agent's own `tools.json` fails the build
+/// naming the file, the entry and the closest tool; `?name` may match nothing.
+#[test]
+fn a_top_level_tools_json_entry_that_names_no_tool_fails_the_build_naming_the_closest_tool() {
+    let ws = crate::subagents::TempDir::new("toplevel-typo");
+    ws.write("tools.json", r#"{"deny": ["Refund"]}"#);
+    let model = ScriptedModel::new([]);
+    let refund = FunctionTool::new(
+        "refund",
+        "Refunds.",
+        serde_json::json!({"type": "object"}),
+        |_| async { Ok(String::new()) },
+    );
+    let err = crate::support::builder_with_tools(&model, vec![refund.clone()])
+        .workspace(&ws.0)
+        .build()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("tools.json") && text.contains("Refund") && text.contains("refund"),
+        "{text}"
+    );
+    ws.write("tools.json", r#"{"deny": ["?Refund"]}"#);
+    let agent = crate::support::builder_with_tools(&model, vec![refund])
+        .workspace(&ws.0)
+        .build()
+        .unwrap();
+    assert!(agent.tool_names().iter().any(|t| t == "refund"));
+}
