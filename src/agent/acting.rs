@@ -33,8 +33,8 @@ use serde_json::Value;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use super::approvals::{ApprovalDecision, ApprovalDecisions};
-use super::effects::Prior;
+use super::approvals::ApprovalDecisions;
+use super::effects::{Planning, Prior};
 use super::fire::{changed, fire};
 use super::journal::Entry;
 use super::memory::CallMemory;
@@ -96,7 +96,7 @@ pub(super) struct Planned {
 }
 
 impl Planned {
-    fn new(tool_use: ToolUse) -> Self {
+    pub(super) fn new(tool_use: ToolUse) -> Self {
         Self {
             tool_use,
             denial: None,
@@ -152,137 +152,16 @@ impl Call<'_> {
             .flatten();
         let mut priors = priors.into_iter();
         let mut planned = Vec::with_capacity(uses.len());
-        for (n, mut tool_use) in uses.into_iter().enumerate() {
-            let mut human = None;
-            match priors.next().unwrap_or(Prior::Fresh) {
-                Prior::Fresh => {}
-                Prior::Replay(result) => {
-                    self.note_runtime(
-                        DecisionKind::EffectReplayed,
-                        "tool_result",
-                        "settled",
-                        "an earlier attempt ran this call and settled its result; replayed, not run again",
-                        &tool_use.id,
-                    );
-                    planned.push(Planned {
-                        replay: Some(result),
-                        ..Planned::new(tool_use)
-                    });
-                    continue;
-                }
-                Prior::Resolved(result, class, attempt) => {
-                    self.note_runtime(
-                        DecisionKind::HumanDecision,
-                        "tool_result",
-                        if result.is_error {
-                            "deny"
-                        } else {
-                            "record_outcome"
-                        },
-                        "a human resolved a call whose outcome was unknown",
-                        &tool_use.id,
-                    );
-                    planned.push(Planned {
-                        replay: Some(result),
-                        journal: Some((class, attempt, Some("resolved"))),
-                        ..Planned::new(tool_use)
-                    });
-                    continue;
-                }
-                Prior::Rerun {
-                    class,
-                    attempt,
-                    resume_child,
-                    decision,
-                } => {
-                    if let Some(d) = decision {
-                        self.note_runtime(
-                            DecisionKind::HumanDecision,
-                            "tool_use",
-                            d,
-                            "a human chose to retry a call whose outcome was unknown (same idempotency key)",
-                            &tool_use.id,
-                        );
+        for (n, tool_use) in uses.into_iter().enumerate() {
+            let prior = priors.next().unwrap_or(Prior::Fresh);
+            let (mut tool_use, human) =
+                match self.plan_prior(memory, tool_use, prior, decisions.as_deref()) {
+                    Planning::Done(p) => {
+                        planned.push(*p);
+                        continue;
                     }
-                    planned.push(Planned {
-                        journal: Some((class, attempt, decision)),
-                        retry: true,
-                        resume_child,
-                        ..Planned::new(tool_use)
-                    });
-                    continue;
-                }
-                Prior::Awaiting(_) => {
-                    match decisions.as_deref().and_then(|d| d.apply(&tool_use)) {
-                        Some(ApprovalDecision::Deny(reason)) => {
-                            self.note_runtime(
-                                DecisionKind::HumanDecision,
-                                "tool_use",
-                                "deny",
-                                &reason,
-                                &tool_use.id,
-                            );
-                            planned.push(Planned {
-                                denial: Some(reason),
-                                ..Planned::new(tool_use)
-                            });
-                            continue;
-                        }
-                        Some(ApprovalDecision::RecordOutcome(text)) => {
-                            self.note_runtime(
-                                DecisionKind::HumanDecision,
-                                "tool_result",
-                                "record_outcome",
-                                "a human recorded the result of a call waiting for approval; not run",
-                                &tool_use.id,
-                            );
-                            let result = ToolResult::new(&tool_use.id, &tool_use.name, text);
-                            planned.push(Planned {
-                                replay: Some(result),
-                                ..Planned::new(tool_use)
-                            });
-                            continue;
-                        }
-                        Some(ApprovalDecision::Edit(input)) => {
-                            tool_use.input = input;
-                            memory.update_tool_use(&tool_use);
-                            human = Some("edit");
-                        }
-                        Some(d) => human = Some(d.label()),
-                        None => {
-                            // Stored as waiting for a human: it runs only with a
-                            // decision, whatever hooks this agent has.
-                            let reason = format!(
-                                "tool `{}` needs approval and no decision was given for call `{}`",
-                                tool_use.name, tool_use.id
-                            );
-                            self.note_runtime(
-                                DecisionKind::ToolDenied,
-                                "tool_use",
-                                "awaiting_approval",
-                                &reason,
-                                &tool_use.id,
-                            );
-                            planned.push(Planned {
-                                denial: Some(reason),
-                                ..Planned::new(tool_use)
-                            });
-                            continue;
-                        }
-                    }
-                    if let Some(d) = human {
-                        self.note_runtime(
-                            DecisionKind::HumanDecision,
-                            "tool_use",
-                            d,
-                            "a human decided on a call stored as waiting for approval",
-                            &tool_use.id,
-                        );
-                    }
-                }
-                // Blocked calls returned above.
-                Prior::Unknown(_) => continue,
-            }
+                    Planning::Admit(u, human) => (u, human),
+                };
             let rejection = if n >= limit {
                 Some((
                     format!(

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 
 use serde_json::{Value, json};
 
+use super::acting::Planned;
 use super::approvals::{ApprovalDecision, ApprovalDecisions};
 use super::journal::{Entry, State};
 use super::memory::CallMemory;
@@ -41,6 +42,14 @@ pub(super) enum Prior {
     /// Claimed by an earlier attempt, outcome unknown, at-most-once, and no human
     /// resolved it: the call stops.
     Unknown(Entry),
+}
+
+/// What [`Call::plan_prior`] made of a call.
+pub(super) enum Planning {
+    /// Planned already (replayed, re-run, decided by a human): no admission, no hook.
+    Done(Box<Planned>),
+    /// On to admission and `PreActing`, with the human decision applied to it, if any.
+    Admit(ToolUse, Option<&'static str>),
 }
 
 impl Prior {
@@ -138,6 +147,149 @@ impl Call<'_> {
             out.push(prior);
         }
         Ok(out)
+    }
+
+    /// Plans one call from what the session holds about it ([`Prior`]): a replay, a
+    /// re-run or a human's decision gives the planned call at once; otherwise the call
+    /// goes on to admission and `PreActing`, with the label of the human decision the
+    /// runtime applied to it (an edit is applied to `tool_use` and memory).
+    pub(super) fn plan_prior(
+        &self,
+        memory: &mut CallMemory,
+        mut tool_use: ToolUse,
+        prior: Prior,
+        decisions: Option<&ApprovalDecisions>,
+    ) -> Planning {
+        let mut human = None;
+        match prior {
+            Prior::Fresh => {}
+            Prior::Replay(result) => {
+                self.note_runtime(
+                    DecisionKind::EffectReplayed,
+                    "tool_result",
+                    "settled",
+                    "an earlier attempt ran this call and settled its result; replayed, not run again",
+                    &tool_use.id,
+                );
+                return Planning::Done(Box::new(Planned {
+                    replay: Some(result),
+                    ..Planned::new(tool_use)
+                }));
+            }
+            Prior::Resolved(result, class, attempt) => {
+                self.note_runtime(
+                    DecisionKind::HumanDecision,
+                    "tool_result",
+                    if result.is_error {
+                        "deny"
+                    } else {
+                        "record_outcome"
+                    },
+                    "a human resolved a call whose outcome was unknown",
+                    &tool_use.id,
+                );
+                return Planning::Done(Box::new(Planned {
+                    replay: Some(result),
+                    journal: Some((class, attempt, Some("resolved"))),
+                    ..Planned::new(tool_use)
+                }));
+            }
+            Prior::Rerun {
+                class,
+                attempt,
+                resume_child,
+                decision,
+            } => {
+                if let Some(d) = decision {
+                    self.note_runtime(
+                        DecisionKind::HumanDecision,
+                        "tool_use",
+                        d,
+                        "a human chose to retry a call whose outcome was unknown (same idempotency key)",
+                        &tool_use.id,
+                    );
+                }
+                return Planning::Done(Box::new(Planned {
+                    journal: Some((class, attempt, decision)),
+                    retry: true,
+                    resume_child,
+                    ..Planned::new(tool_use)
+                }));
+            }
+            Prior::Awaiting(_) => {
+                match decisions.and_then(|d| d.apply(&tool_use)) {
+                    Some(ApprovalDecision::Deny(reason)) => {
+                        self.note_runtime(
+                            DecisionKind::HumanDecision,
+                            "tool_use",
+                            "deny",
+                            &reason,
+                            &tool_use.id,
+                        );
+                        return Planning::Done(Box::new(Planned {
+                            denial: Some(reason),
+                            ..Planned::new(tool_use)
+                        }));
+                    }
+                    Some(ApprovalDecision::RecordOutcome(text)) => {
+                        self.note_runtime(
+                            DecisionKind::HumanDecision,
+                            "tool_result",
+                            "record_outcome",
+                            "a human recorded the result of a call waiting for approval; not run",
+                            &tool_use.id,
+                        );
+                        let result = ToolResult::new(&tool_use.id, &tool_use.name, text);
+                        return Planning::Done(Box::new(Planned {
+                            replay: Some(result),
+                            ..Planned::new(tool_use)
+                        }));
+                    }
+                    Some(ApprovalDecision::Edit(input)) => {
+                        tool_use.input = input;
+                        memory.update_tool_use(&tool_use);
+                        human = Some("edit");
+                    }
+                    Some(d) => human = Some(d.label()),
+                    None => {
+                        // Stored as waiting for a human: it runs only with a
+                        // decision, whatever hooks this agent has.
+                        let reason = format!(
+                            "tool `{}` needs approval and no decision was given for call `{}`",
+                            tool_use.name, tool_use.id
+                        );
+                        self.note_runtime(
+                            DecisionKind::ToolDenied,
+                            "tool_use",
+                            "awaiting_approval",
+                            &reason,
+                            &tool_use.id,
+                        );
+                        return Planning::Done(Box::new(Planned {
+                            denial: Some(reason),
+                            ..Planned::new(tool_use)
+                        }));
+                    }
+                }
+                if let Some(d) = human {
+                    self.note_runtime(
+                        DecisionKind::HumanDecision,
+                        "tool_use",
+                        d,
+                        "a human decided on a call stored as waiting for approval",
+                        &tool_use.id,
+                    );
+                }
+            }
+            // Blocked calls returned above.
+            Prior::Unknown(_) => {
+                return Planning::Done(Box::new(Planned {
+                    rejection: Some(("outcome unknown".to_owned(), "outcome_unknown")),
+                    ..Planned::new(tool_use)
+                }));
+            }
+        }
+        Planning::Admit(tool_use, human)
     }
 
     /// The reply of a step that cannot proceed until a human decides: the turn's

@@ -198,14 +198,7 @@ impl SessionStore for FileSessionStore {
             .map_err(|e| {
                 StoreError::new(key, format!("cannot encode the conversation: {e}")).with_source(e)
             })?;
-            if bytes.len() > self.max_bytes {
-                return Err(super::storable::too_large(
-                    key,
-                    "saving",
-                    bytes.len() as u64,
-                    self.max_bytes,
-                ));
-            }
+            super::storable::check_size(key, &bytes, self.max_bytes)?;
             let paths = self.paths(key);
             let owned = key.clone();
             blocking(key, move || {

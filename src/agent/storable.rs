@@ -37,6 +37,14 @@ pub(crate) fn too_large(key: &SessionKey, doing: &str, bytes: u64, max: usize) -
     )
 }
 
+/// [`too_large`] when `payload` (what a save would write) is over `max` bytes.
+pub(crate) fn check_size(key: &SessionKey, payload: &[u8], max: usize) -> Result<(), StoreError> {
+    if payload.len() > max {
+        return Err(too_large(key, "saving", payload.len() as u64, max));
+    }
+    Ok(())
+}
+
 /// The longest user id or session id a key may have, in bytes: 1,024.
 pub const MAX_KEY_BYTES: usize = 1024;
 

@@ -521,14 +521,7 @@ impl PostgresSessionStore {
         let new = to_i64(key, "version", version)?;
         let old = to_i64(key, "version", expected)?;
         let payload = encode_messages(key, messages)?;
-        if payload.len() > self.max_bytes {
-            return Err(crate::agent::storable::too_large(
-                key,
-                "saving",
-                payload.len() as u64,
-                self.max_bytes,
-            ));
-        }
+        crate::agent::storable::check_size(key, payload.as_bytes(), self.max_bytes)?;
         let k = key_string(key);
         let changed = match lease {
             None if expected == 0 => {

@@ -490,14 +490,7 @@ impl RedisSessionStore {
         }
         let version = next_version(key, expected)?;
         let payload = encode_messages(key, messages)?;
-        if payload.len() > self.max_bytes {
-            return Err(crate::agent::storable::too_large(
-                key,
-                "saving",
-                payload.len() as u64,
-                self.max_bytes,
-            ));
-        }
+        crate::agent::storable::check_size(key, payload.as_bytes(), self.max_bytes)?;
         let mut conn = self.conn();
         let reply: Vec<Vec<u8>> = self
             .scripts

@@ -51,7 +51,8 @@ impl Refunds {
     }
 }
 
-fn stop_for_human() -> ApprovalHook {
+/// The approval hook in stop-for-human mode on `refund`.
+pub fn stop_for_human() -> ApprovalHook {
     ApprovalHook::new(
         ApprovalConfig {
             enabled: true,
@@ -382,18 +383,9 @@ async fn a_hook_that_reissues_an_approved_call_with_its_id_cannot_run_it_twice()
     assert_ne!(ids[0], ids[1], "the re-issued call got a new id");
 }
 
-/// Scenario 3: the Redis fence counter is evicted (or cleaned up) while a session waits
-/// for approval; two fresh replicas resume at once.
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_evicted_redis_fence_counter_cannot_make_an_approval_run_twice() {
-    let Some(url) = crate::store_redis::redis_url() else {
-        return;
-    };
-    let prefix = crate::store_redis::fresh_prefix();
-    let h = crate::store_redis::harness_in(&url, &prefix);
-    let refunds = Refunds::default();
-    // A few acquisitions first, so the session's saved fence is above 1.
+/// Two plain calls, then a refund that stops for a human, so the session's saved fence
+/// is above 1; the waiting call.
+async fn stopped_after_two_calls<S: Leased>(h: &Harness<S>, refunds: &Refunds, s: &str) -> ToolUse {
     let model = ScriptedModel::new([
         ScriptedTurn::text("hello"),
         ScriptedTurn::text("hello again"),
@@ -405,15 +397,57 @@ async fn an_evicted_redis_fence_counter_cannot_make_an_approval_run_twice() {
         .leased_session_store(h.client().await, config(30_000, 5_000))
         .build()
         .unwrap();
-    asker
-        .run(vec![Msg::user("hi")], session("fence"))
-        .await
-        .unwrap();
-    asker
-        .run(vec![Msg::user("hi")], session("fence"))
-        .await
-        .unwrap();
-    let call = stopped(&asker, "fence").await;
+    asker.run(vec![Msg::user("hi")], session(s)).await.unwrap();
+    asker.run(vec![Msg::user("hi")], session(s)).await.unwrap();
+    stopped(&asker, s).await
+}
+
+/// Two fresh replicas resume `call` at once with the same approval: the refund runs
+/// once, and the session is not stuck (one of them finishes).
+async fn two_replicas_resume_once<S: Leased>(
+    h: &Harness<S>,
+    refunds: &Refunds,
+    s: &str,
+    call: &ToolUse,
+) {
+    let d = ApprovalDecisions::new().approve_call(call);
+    let b = replica(
+        h.client().await,
+        done(),
+        refunds,
+        None,
+        config(30_000, 5_000),
+    );
+    let c = replica(
+        h.client().await,
+        done(),
+        refunds,
+        None,
+        config(30_000, 5_000),
+    );
+    let k = key(s);
+    let (rb, rc) = tokio::join!(b.resume(&k, d.clone()), c.resume(&k, d));
+    assert_eq!(refunds.count(), 1, "{rb:?} / {rc:?}");
+    assert!(
+        [&rb, &rc]
+            .iter()
+            .any(|r| r.as_ref().is_ok_and(|o| o.reason == StopReason::Final)),
+        "the session is not stuck: one resume finished ({rb:?} / {rc:?})"
+    );
+}
+
+/// Scenario 3: the Redis fence counter is evicted (or cleaned up) while a session waits
+/// for approval; two fresh replicas resume at once.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_redis_fence_counter_cannot_make_an_approval_run_twice() {
+    let Some(url) = crate::store_redis::redis_url() else {
+        return;
+    };
+    let prefix = crate::store_redis::fresh_prefix();
+    let h = crate::store_redis::harness_in(&url, &prefix);
+    let refunds = Refunds::default();
+    let call = stopped_after_two_calls(&h, &refunds, "fence").await;
     let k = json!([null, "fence"]).to_string();
     let mut conn = ::redis::Client::open(url.as_str())
         .unwrap()
@@ -427,34 +461,9 @@ async fn an_evicted_redis_fence_counter_cannot_make_an_approval_run_twice() {
         .await
         .unwrap();
     assert!(removed >= 1, "the fence counter was there to evict");
-    let d = ApprovalDecisions::new().approve_call(&call);
-    let b = replica(
-        h.client().await,
-        done(),
-        &refunds,
-        None,
-        config(30_000, 5_000),
-    );
-    let c = replica(
-        h.client().await,
-        done(),
-        &refunds,
-        None,
-        config(30_000, 5_000),
-    );
-    let kf = key("fence");
-    let (rb, rc) = tokio::join!(b.resume(&kf, d.clone()), c.resume(&kf, d));
-    assert_eq!(refunds.count(), 1, "{rb:?} / {rc:?}");
-    assert!(
-        [&rb, &rc]
-            .iter()
-            .any(|r| r.as_ref().is_ok_and(|o| o.reason == StopReason::Final)),
-        "the session is not stuck: one resume finished ({rb:?} / {rc:?})"
-    );
+    two_replicas_resume_once(&h, &refunds, "fence", &call).await;
 }
 
-/// Scenario 5: a stored version that loads but that a save would refuse (`01`, `+1`)
-/// fails the resume closed, before the refund runs.
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_stored_version_fails_the_resume_before_any_tool_runs() {
@@ -513,26 +522,7 @@ async fn deleting_postgres_lease_rows_cannot_make_an_approval_run_twice() {
     let table = crate::store_postgres::fresh_table();
     let h = crate::store_postgres::harness_in(&url, &table);
     let refunds = Refunds::default();
-    let model = ScriptedModel::new([
-        ScriptedTurn::text("hello"),
-        ScriptedTurn::text("hello again"),
-        ScriptedTurn::tool_call("refund", json!({"amount": 5000})),
-    ]);
-    let asker = builder(&model)
-        .toolkit(toolkit(refunds.tool(None)))
-        .hook(stop_for_human())
-        .leased_session_store(h.client().await, config(30_000, 5_000))
-        .build()
-        .unwrap();
-    asker
-        .run(vec![Msg::user("hi")], session("rows"))
-        .await
-        .unwrap();
-    asker
-        .run(vec![Msg::user("hi")], session("rows"))
-        .await
-        .unwrap();
-    let call = stopped(&asker, "rows").await;
+    let call = stopped_after_two_calls(&h, &refunds, "rows").await;
     let n = crate::store_postgres::raw(&url)
         .await
         .execute(
@@ -542,34 +532,9 @@ async fn deleting_postgres_lease_rows_cannot_make_an_approval_run_twice() {
         .await
         .unwrap();
     assert!(n >= 1, "the released lease row was there to delete");
-    let d = ApprovalDecisions::new().approve_call(&call);
-    let b = replica(
-        h.client().await,
-        done(),
-        &refunds,
-        None,
-        config(30_000, 5_000),
-    );
-    let c = replica(
-        h.client().await,
-        done(),
-        &refunds,
-        None,
-        config(30_000, 5_000),
-    );
-    let k = key("rows");
-    let (rb, rc) = tokio::join!(b.resume(&k, d.clone()), c.resume(&k, d));
-    assert_eq!(refunds.count(), 1, "{rb:?} / {rc:?}");
-    assert!(
-        [&rb, &rc]
-            .iter()
-            .any(|r| r.as_ref().is_ok_and(|o| o.reason == StopReason::Final)),
-        "the session is not stuck ({rb:?} / {rc:?})"
-    );
+    two_replicas_resume_once(&h, &refunds, "rows", &call).await;
 }
 
-/// Scenario 7: a subagent's stop for approval on replica A is found, decided and
-/// resumed on replica B from the store alone; the approved refund runs once, on B.
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subagents_approval_survives_a_change_of_replica() {

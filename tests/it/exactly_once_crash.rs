@@ -15,25 +15,13 @@ use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rein::hooks::{ApprovalConfig, ApprovalHook, ApprovalMode, pending_approvals_in};
+use rein::hooks::pending_approvals_in;
 use rein::*;
 use serde_json::json;
 
+use crate::exactly_once::stop_for_human;
 use crate::store_agents::Leased;
 use crate::support::{assert_memory_valid, builder, key, session};
-
-fn stop_for_human() -> ApprovalHook {
-    ApprovalHook::new(
-        ApprovalConfig {
-            enabled: true,
-            guarded_tools: vec!["refund".into()],
-            mode: ApprovalMode::StopForHuman,
-            ..ApprovalConfig::default()
-        },
-        None,
-    )
-    .unwrap()
-}
 
 /// Counts the points a worker passes; kills the process (SIGKILL, no destructor, no
 /// flush) at point `REIN_EFFECT_KILL_AT` (1-based; 0 never).
@@ -269,7 +257,10 @@ async fn effect_worker() {
                 .unwrap();
             if std::env::var("REIN_EFFECT_KILL_AT").as_deref() != Ok("0") {
                 // The first replica to resume reads what waits from the store alone.
-                assert_eq!(pending_approvals_in(&history), std::slice::from_ref(&refund));
+                assert_eq!(
+                    pending_approvals_in(&history),
+                    std::slice::from_ref(&refund)
+                );
             }
             let decisions = agent::ApprovalDecisions::new().approve_call(&refund);
             agent.resume(&key(&s), decisions).await
