@@ -3,6 +3,7 @@
 use super::HookError;
 use crate::context::AgentInfo;
 use crate::tool::ToolSchema;
+use crate::util::closest;
 
 /// What a hook is checked against when a top-level agent is built (see
 /// [`Hook::validate_on`](super::Hook::validate_on)): the agent and every tool it can
@@ -48,35 +49,4 @@ impl HookSite<'_> {
             names.join(", ")
         )))
     }
-}
-
-/// The candidate nearest to `name` (case-insensitive edit distance), if near enough to
-/// be a likely typo.
-fn closest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    let lower = name.to_lowercase();
-    candidates
-        .iter()
-        .map(|c| (edit_distance(&lower, &c.to_lowercase()), *c))
-        .filter(|(d, c)| *d <= (c.len().max(name.len()) / 3).max(2))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                prev
-            } else {
-                1 + prev.min(row[j]).min(cur)
-            };
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }

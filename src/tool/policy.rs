@@ -20,6 +20,7 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 use crate::error::{BuildError, BuildErrorKind};
 use crate::strict::{Check, Ctx, NamesRule, Site, SpecError, SpecErrorKind, key_check};
 use crate::tool::mcp_config::McpServerConfig;
+use crate::util::closest;
 use servers::Servers;
 
 /// The delegation tool's name (`rein::SPAWN_TOOL`): a non-empty `allow` keeps it.
@@ -316,33 +317,6 @@ impl Bound<'_> {
                 .is_none_or(|p| p.permits(name, DELEGATION_TOOL))
             && self.callable.is_none_or(|c| c.contains(name))
     }
-}
-
-/// The candidate nearest to `name` (case-insensitive edit distance), if near enough to
-/// be a likely typo.
-fn closest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    let lower = name.to_lowercase();
-    candidates
-        .iter()
-        .map(|c| (edit_distance(&lower, &c.to_lowercase()), *c))
-        .filter(|(d, c)| *d <= (c.len().max(name.len()) / 3).max(2))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }
 
 /// Fails when a declaration's allowlist names a tool its parent cannot call.
