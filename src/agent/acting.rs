@@ -93,6 +93,9 @@ pub(super) struct Planned {
     pub(super) retry: bool,
     /// A delegation resuming its waiting subagent.
     pub(super) resume_child: bool,
+    /// A hook stopped the call for a human: with the model's original form when a hook
+    /// changed it.
+    pub(super) wait: Option<Option<ToolUse>>,
 }
 
 impl Planned {
@@ -106,6 +109,7 @@ impl Planned {
             journal: None,
             retry: false,
             resume_child: false,
+            wait: None,
         }
     }
 
@@ -121,6 +125,10 @@ struct PreActed {
     denial: Option<Denial>,
     /// A hook changed the call.
     changed: bool,
+    /// A hook stopped the call for a human ([`PreActingEvent::stop_for_human`]).
+    wait: bool,
+    /// The call as admitted, when a hook changed it.
+    original: Option<ToolUse>,
 }
 
 impl Call<'_> {
@@ -243,8 +251,18 @@ impl Call<'_> {
                 checked: !e.changed,
                 denial: e.denial.map(|d| d.reason),
                 journal,
+                wait: e.wait.then_some(e.original),
                 ..Planned::new(e.tool_use)
             });
+        }
+        // A hook stopped for a human: nothing of the turn runs; the calls wait in the
+        // form they have now.
+        if planned.iter().any(|p| p.wait.is_some()) {
+            let msg = self.stopped_for_human(memory, &planned);
+            return Ok(Acted::Blocked(
+                msg,
+                crate::context::StopReason::ReasoningStopped,
+            ));
         }
         // Claimed durably before any of them starts.
         let claims: Vec<_> = planned
@@ -450,11 +468,15 @@ impl Call<'_> {
                 tool_use,
                 denial,
                 changed: rewritten,
+                wait,
+                original,
                 ..
             }) => Ok(PreActed {
+                wait: wait && denial.is_none(),
                 tool_use,
                 denial,
                 changed: rewritten,
+                original: original.map(|o| *o),
             }),
             _ => Err(changed("PreActing")),
         }

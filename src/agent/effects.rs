@@ -352,6 +352,44 @@ impl Call<'_> {
         (msg, StopReason::OutcomeUnknown)
     }
 
+    /// The reply of a turn a `PreActing` hook stopped for a human: the turn's assistant
+    /// message (with the calls in the form they have now) listing the waiting calls
+    /// under [`PENDING_CALLS_KEY`](super::PENDING_CALLS_KEY) — the call that would run,
+    /// its `original` form when a hook changed it, `status: awaiting_approval` — and the
+    /// same list stored on the session's message.
+    pub(super) fn stopped_for_human(&self, memory: &mut CallMemory, planned: &[Planned]) -> Msg {
+        let info = &self.agent.info;
+        let mut ids = Vec::new();
+        let mut calls = Vec::new();
+        for p in planned {
+            let Some(original) = &p.wait else { continue };
+            let u = &p.tool_use;
+            let mut call = json!({
+                "id": u.id, "name": u.name, "input": u.input,
+                "agent": info.name, "agent_id": info.id,
+                "status": "awaiting_approval",
+            });
+            if let (Some(o), Some(obj)) = (original, call.as_object_mut()) {
+                obj.insert(
+                    "original".to_owned(),
+                    json!({"name": o.name, "input": o.input}),
+                );
+            }
+            tracing::info!(target: "rein::approval", tool = %u.name, tool_call_id = %u.id, "stopped for human approval");
+            ids.push(Value::String(u.id.clone()));
+            calls.push(call);
+        }
+        memory.set_last_metadata(super::PENDING_CALL_IDS_KEY, Value::Array(ids));
+        memory.set_last_metadata(super::PENDING_CALLS_KEY, Value::Array(calls));
+        memory
+            .messages()
+            .iter()
+            .rev()
+            .find(|m| m.role == crate::message::Role::Assistant)
+            .cloned()
+            .unwrap_or_else(|| Msg::assistant(""))
+    }
+
     /// Claims, in one save, every call of `claims` (id, class, attempt, the human
     /// decision it consumes) before any of them runs.
     ///

@@ -32,6 +32,8 @@ pub struct PreActingEvent {
     pub(crate) original: Option<Box<ToolUse>>,
     /// A human's decision was applied to the call by the runtime before any hook.
     pub(crate) human: bool,
+    /// A hook asked to stop the call for a human ([`PreActingEvent::stop_for_human`]).
+    pub(crate) wait: bool,
 }
 
 impl PreActingEvent {
@@ -45,7 +47,28 @@ impl PreActingEvent {
             changed_by: None,
             original: None,
             human: false,
+            wait: false,
         }
+    }
+
+    /// Stops the call for a human instead of running this tool call: nothing of this
+    /// turn runs, the call is stored (in the form it has now, after every rewrite the
+    /// `PreActing` hooks made) as waiting for a decision, and the reply lists it under
+    /// [`PENDING_CALLS_KEY`](crate::agent::PENDING_CALLS_KEY) with the model's original
+    /// form, so what a human approves is exactly what would run. The call ends with
+    /// [`StopReason::ReasoningStopped`](crate::StopReason::ReasoningStopped); a resume
+    /// with a decision runs it ([`Agent::resume`](crate::Agent::resume)). Taken back if a
+    /// later hook changes the call (the hooks then see the new form again, and decide
+    /// again), and ignored once the call was denied.
+    pub fn stop_for_human(&mut self) {
+        if self.denial.is_none() {
+            self.wait = true;
+        }
+    }
+
+    /// Whether a hook asked to stop for a human on this call in the current pass.
+    pub fn is_stopped_for_human(&self) -> bool {
+        self.wait
     }
 
     /// Whether a human decided about this call: it was stored as waiting for a decision
@@ -112,6 +135,8 @@ impl PreActingEvent {
             self.changed_by = self.meta.current.or(Some(u16::MAX));
             self.tool_use.name = tool_use.name;
             self.tool_use.input = tool_use.input;
+            // A stop for a human was decided on the old form; the hooks decide again.
+            self.wait = false;
         }
     }
 

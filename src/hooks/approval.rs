@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::condition::ArgCondition;
+use super::state::RunStates;
 use crate::agent::{AgentInfo, RunContext};
 pub use crate::agent::{ApprovalDecision, ApprovalDecisions};
 use crate::error::BuildError;
@@ -285,19 +287,39 @@ impl Default for ApprovalConfig {
 /// [`Deny`](ApprovalDecision::Deny) denies it with the reason. It fails closed: no
 /// decision, a timeout or a panicking approver denies the call.
 ///
-/// In mode `stop_for_human`, `PostReasoning` stops the call when the turn has guarded
-/// tool calls without a decision (the reply carries their ids under
-/// [`APPROVAL_PENDING_KEY`] in its metadata); the stopped tool calls stay pending in the
-/// session. Resume with an empty input and the decisions in the run context.
+/// In mode `stop_for_human`, a guarded call without a decision stops the call for a
+/// human at `PreActing` ([`PreActingEvent::stop_for_human`](crate::PreActingEvent::stop_for_human)),
+/// after admission and after every earlier hook's rewrite (a tool guard's cap), and
+/// only when the condition holds on that final form: nothing of the turn runs, and the
+/// reply lists the call that would run, with the model's original, under
+/// [`APPROVAL_PENDING_CALLS_KEY`] (ids under [`APPROVAL_PENDING_KEY`]). The calls stay
+/// pending in the session; resume with the decisions (`Agent::resume`). A call whose
+/// arguments fail admission never reaches a human.
 ///
 /// Tool arguments are never logged (they may hold personal data); the hook logs the
 /// tool name, call id and outcome.
 pub struct ApprovalHook {
     config: ApprovalConfig,
     approver: Option<SharedApprover>,
-    /// Calls this hook rewrote with an [`ApprovalDecision::Edit`], by id, until the
-    /// re-check pass brings them back (tool call ids are unique per call).
-    edits: Mutex<HashMap<String, ToolUse>>,
+    /// This instance's key in the per-call hook state, where the calls it rewrote with
+    /// an [`ApprovalDecision::Edit`] wait for their re-check pass (dropped with the
+    /// call, whatever happened to it).
+    id: u64,
+    /// Edited calls whose re-check pass has not come yet, over every call in flight.
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// The calls one hook instance edited in one call, by id, until their re-check pass.
+struct Edits {
+    calls: HashMap<String, ToolUse>,
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl Drop for Edits {
+    fn drop(&mut self) {
+        self.in_flight
+            .fetch_sub(self.calls.len(), Ordering::Relaxed);
+    }
 }
 
 impl fmt::Debug for ApprovalHook {
@@ -331,7 +353,8 @@ impl ApprovalHook {
         Ok(Self {
             config,
             approver,
-            edits: Mutex::default(),
+            id: super::state::next_instance_id(),
+            in_flight: Arc::default(),
         })
     }
 
@@ -349,37 +372,50 @@ impl ApprovalHook {
         Self {
             config,
             approver: Some(SharedApprover::new(approver)),
-            edits: Mutex::default(),
+            id: super::state::next_instance_id(),
+            in_flight: Arc::default(),
         }
     }
 
-    fn remember_edit(&self, call: ToolUse) {
-        let mut edits = self.edits.lock().unwrap_or_else(PoisonError::into_inner);
-        // Bounded: an entry is normally taken out by the next pass over the call; a
-        // call whose re-check never came (it was denied first) must not pile up.
-        if edits.len() >= 1024 {
-            edits.clear();
-        }
-        edits.insert(call.id.clone(), call);
+    fn remember_edit(&self, meta: &crate::hook::EventMeta, call: ToolUse) {
+        let in_flight = Arc::clone(&self.in_flight);
+        RunStates::with(
+            meta,
+            self.id,
+            || Edits {
+                calls: HashMap::new(),
+                in_flight,
+            },
+            |edits| {
+                if edits.calls.insert(call.id.clone(), call).is_none() {
+                    edits.in_flight.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+        );
     }
 
-    /// Whether `call` is exactly an edit this hook made (taking the record out).
-    fn take_edit(&self, call: &ToolUse) -> bool {
-        let mut edits = self.edits.lock().unwrap_or_else(PoisonError::into_inner);
-        if edits.is_empty() {
+    /// Whether `call` is exactly an edit this hook made in this call (taking the record
+    /// out).
+    fn take_edit(&self, meta: &crate::hook::EventMeta, call: &ToolUse) -> bool {
+        if self.in_flight.load(Ordering::Relaxed) == 0 {
             return false;
         }
-        edits.remove(&call.id).is_some_and(|edited| &edited == call)
+        RunStates::<Edits>::update(meta, self.id, |edits| {
+            let hit = edits.calls.remove(&call.id);
+            if hit.is_some() {
+                edits.in_flight.fetch_sub(1, Ordering::Relaxed);
+            }
+            hit.is_some_and(|edited| &edited == call)
+        })
+        .unwrap_or(false)
     }
 
     /// How many calls this hook edited ([`ApprovalDecision::Edit`]) and has not seen
-    /// again in their re-check pass yet: 0 whenever no edited call is in flight, so a
-    /// count that stays above 0 after every call finished is per-call state left behind.
+    /// again in their re-check pass yet, over every call in flight: 0 whenever no edited
+    /// call is in flight. The edits are kept with the call they belong to, so nothing is
+    /// left behind after a call, whatever the approver answered or a later hook did.
     pub fn edits_in_flight(&self) -> usize {
-        self.edits
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.in_flight.load(Ordering::Relaxed)
     }
 
     /// The settings.
@@ -492,12 +528,7 @@ impl Hook for ApprovalHook {
         if !self.config.enabled || self.config.guarded_tools.is_empty() {
             return Interest::NONE;
         }
-        match self.config.mode {
-            ApprovalMode::Await => Interest::only(EventKind::PreActing),
-            ApprovalMode::StopForHuman => {
-                Interest::only(EventKind::PreActing).with(EventKind::PostReasoning)
-            }
-        }
+        Interest::only(EventKind::PreActing)
     }
 
     /// The approval timeout plus a margin, so an agent-wide hook timeout never cuts an
@@ -511,7 +542,7 @@ impl Hook for ApprovalHook {
             HookEvent::PreActing(e) => {
                 // An edit this hook made is approved when it comes back unchanged
                 // (the hooks re-check an edited call); taken out either way.
-                let own_edit = self.take_edit(e.tool_use());
+                let own_edit = self.take_edit(&e.meta, e.tool_use());
                 // A call a human decided on after a stop was decided by the runtime,
                 // which applied the decision before any hook saw it.
                 if e.is_denied()
@@ -522,6 +553,17 @@ impl Hook for ApprovalHook {
                     return Ok(());
                 }
                 let call = e.tool_use().clone();
+                if self.config.mode == ApprovalMode::StopForHuman
+                    && e.context()
+                        .extensions()
+                        .get::<ApprovalDecisions>()
+                        .is_none_or(|d| !d.has(&call.id))
+                {
+                    // Decided on the call's final form (after every earlier rewrite):
+                    // the human sees exactly what would run.
+                    e.stop_for_human();
+                    return Ok(());
+                }
                 let original = e.original_tool_use().clone();
                 let decision = self
                     .decision(e.context(), e.agent(), &call, &original)
@@ -533,10 +575,14 @@ impl Hook for ApprovalHook {
                     ApprovalDecision::Edit(input) => {
                         tracing::info!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, "approved with edited arguments");
                         let edited = ToolUse { input, ..call };
-                        // The hooks re-check the edited call (this hook included); the
-                        // approver is not asked about its own edit again.
-                        self.remember_edit(edited.clone());
-                        e.set_tool_use(edited);
+                        // An edit that changes nothing is an approval: no re-check pass
+                        // comes for it.
+                        if edited.input != e.tool_use().input {
+                            // The hooks re-check the edited call (this hook included);
+                            // the approver is not asked about its own edit again.
+                            self.remember_edit(&e.meta, edited.clone());
+                            e.set_tool_use(edited);
+                        }
                     }
                     ApprovalDecision::Deny(reason) => {
                         tracing::warn!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, reason = %reason, "denied");
@@ -548,43 +594,6 @@ impl Hook for ApprovalHook {
                             "not run; the approver recorded its outcome: {text}"
                         ));
                     }
-                }
-            }
-            HookEvent::PostReasoning(e) if self.config.mode == ApprovalMode::StopForHuman => {
-                let decided = e.context().extensions().get::<ApprovalDecisions>();
-                let pending: Vec<ToolUse> = e
-                    .message()
-                    .tool_uses()
-                    .into_iter()
-                    .filter(|u| self.needs_decision(u))
-                    .filter(|u| decided.as_ref().is_none_or(|d| !d.has(&u.id)))
-                    .cloned()
-                    .collect();
-                if !pending.is_empty() {
-                    let ids: Vec<Value> = pending
-                        .iter()
-                        .map(|u| Value::String(u.id.clone()))
-                        .collect();
-                    tracing::info!(target: "rein::approval", pending = ?ids, "stopped for human approval");
-                    let agent = e.agent();
-                    let calls = Value::Array(
-                        pending
-                            .iter()
-                            .map(|u| {
-                                serde_json::json!({
-                                    "id": u.id, "name": u.name, "input": u.input,
-                                    "agent": agent.name, "agent_id": agent.id,
-                                })
-                            })
-                            .collect(),
-                    );
-                    let mut msg = e.message().clone();
-                    msg.metadata
-                        .insert(APPROVAL_PENDING_KEY.to_owned(), Value::Array(ids));
-                    msg.metadata
-                        .insert(APPROVAL_PENDING_CALLS_KEY.to_owned(), calls);
-                    e.set_message(msg);
-                    e.stop_agent();
                 }
             }
             _ => {}

@@ -7,6 +7,7 @@
     unreachable_pub
 )]
 
+mod approval_on_final_call;
 mod async_traits;
 mod audit_jsonl;
 mod boundaries;
