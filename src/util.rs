@@ -94,21 +94,6 @@ pub(crate) fn ensure_tls_provider() {
     });
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_are_the_prefix_and_sixteen_lower_hex_digits_of_the_mixed_counter() {
-        for v in [0, 1, 0xabc, u64::MAX, 0x0123_4567_89ab_cdef, mix(42)] {
-            assert_eq!(hex_id("msg", v), format!("msg_{v:016x}"));
-        }
-        let (a, b) = (new_id("call"), new_id("call"));
-        assert_ne!(a, b);
-        assert!(a.starts_with("call_") && a.len() == 21, "{a}");
-    }
-}
-
 /// The candidate nearest to `name` (case-insensitive edit distance), if near enough to
 /// be a likely typo.
 pub(crate) fn closest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
@@ -138,4 +123,19 @@ pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_the_prefix_and_sixteen_lower_hex_digits_of_the_mixed_counter() {
+        for v in [0, 1, 0xabc, u64::MAX, 0x0123_4567_89ab_cdef, mix(42)] {
+            assert_eq!(hex_id("msg", v), format!("msg_{v:016x}"));
+        }
+        let (a, b) = (new_id("call"), new_id("call"));
+        assert_ne!(a, b);
+        assert!(a.starts_with("call_") && a.len() == 21, "{a}");
+    }
 }

@@ -538,65 +538,62 @@ impl Hook for ApprovalHook {
     }
 
     async fn on_event(&self, event: &mut HookEvent) -> Result<(), HookError> {
-        match event {
-            HookEvent::PreActing(e) => {
-                // An edit this hook made is approved when it comes back unchanged
-                // (the hooks re-check an edited call); taken out either way.
-                let own_edit = self.take_edit(&e.meta, e.tool_use());
-                // A call a human decided on after a stop was decided by the runtime,
-                // which applied the decision before any hook saw it.
-                if e.is_denied()
-                    || e.decided_by_human()
-                    || !self.needs_decision(e.tool_use())
-                    || own_edit
-                {
-                    return Ok(());
+        if let HookEvent::PreActing(e) = event {
+            // An edit this hook made is approved when it comes back unchanged
+            // (the hooks re-check an edited call); taken out either way.
+            let own_edit = self.take_edit(&e.meta, e.tool_use());
+            // A call a human decided on after a stop was decided by the runtime,
+            // which applied the decision before any hook saw it.
+            if e.is_denied()
+                || e.decided_by_human()
+                || !self.needs_decision(e.tool_use())
+                || own_edit
+            {
+                return Ok(());
+            }
+            let call = e.tool_use().clone();
+            if self.config.mode == ApprovalMode::StopForHuman
+                && e.context()
+                    .extensions()
+                    .get::<ApprovalDecisions>()
+                    .is_none_or(|d| !d.has(&call.id))
+            {
+                // Decided on the call's final form (after every earlier rewrite):
+                // the human sees exactly what would run.
+                e.stop_for_human();
+                return Ok(());
+            }
+            let original = e.original_tool_use().clone();
+            let decision = self
+                .decision(e.context(), e.agent(), &call, &original)
+                .await;
+            match decision {
+                ApprovalDecision::Approve | ApprovalDecision::Retry => {
+                    tracing::info!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, "approved");
                 }
-                let call = e.tool_use().clone();
-                if self.config.mode == ApprovalMode::StopForHuman
-                    && e.context()
-                        .extensions()
-                        .get::<ApprovalDecisions>()
-                        .is_none_or(|d| !d.has(&call.id))
-                {
-                    // Decided on the call's final form (after every earlier rewrite):
-                    // the human sees exactly what would run.
-                    e.stop_for_human();
-                    return Ok(());
+                ApprovalDecision::Edit(input) => {
+                    tracing::info!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, "approved with edited arguments");
+                    let edited = ToolUse { input, ..call };
+                    // An edit that changes nothing is an approval: no re-check pass
+                    // comes for it.
+                    if edited.input != e.tool_use().input {
+                        // The hooks re-check the edited call (this hook included);
+                        // the approver is not asked about its own edit again.
+                        self.remember_edit(&e.meta, edited.clone());
+                        e.set_tool_use(edited);
+                    }
                 }
-                let original = e.original_tool_use().clone();
-                let decision = self
-                    .decision(e.context(), e.agent(), &call, &original)
-                    .await;
-                match decision {
-                    ApprovalDecision::Approve | ApprovalDecision::Retry => {
-                        tracing::info!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, "approved");
-                    }
-                    ApprovalDecision::Edit(input) => {
-                        tracing::info!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, "approved with edited arguments");
-                        let edited = ToolUse { input, ..call };
-                        // An edit that changes nothing is an approval: no re-check pass
-                        // comes for it.
-                        if edited.input != e.tool_use().input {
-                            // The hooks re-check the edited call (this hook included);
-                            // the approver is not asked about its own edit again.
-                            self.remember_edit(&e.meta, edited.clone());
-                            e.set_tool_use(edited);
-                        }
-                    }
-                    ApprovalDecision::Deny(reason) => {
-                        tracing::warn!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, reason = %reason, "denied");
-                        e.deny(reason);
-                    }
-                    ApprovalDecision::RecordOutcome(text) => {
-                        tracing::info!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, "not run: the approver recorded its outcome");
-                        e.deny(format!(
-                            "not run; the approver recorded its outcome: {text}"
-                        ));
-                    }
+                ApprovalDecision::Deny(reason) => {
+                    tracing::warn!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, reason = %reason, "denied");
+                    e.deny(reason);
+                }
+                ApprovalDecision::RecordOutcome(text) => {
+                    tracing::info!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, "not run: the approver recorded its outcome");
+                    e.deny(format!(
+                        "not run; the approver recorded its outcome: {text}"
+                    ));
                 }
             }
-            _ => {}
         }
         Ok(())
     }
