@@ -140,6 +140,10 @@ pub struct CallOutcome {
     /// subagents it delegated to, with their agent path (empty unless the call
     /// recorded them: see [`crate::observe`]).
     pub decisions: Vec<Decision>,
+    /// For a structured-output call: the answer as the model gave it and the loop
+    /// accepted it, before `PostCall` hooks (masking) changed its text — what
+    /// [`Agent::run_typed`] validates and decodes.
+    pub(crate) answer: Option<Box<Msg>>,
 }
 
 /// Bounds on what one model turn can make the runtime do (see the builder's

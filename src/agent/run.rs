@@ -713,6 +713,9 @@ impl Call<'_> {
 
     /// `PostCall`, then the outcome.
     async fn finish(&mut self, reply: Msg, reason: StopReason) -> Result<CallOutcome, Error> {
+        // A typed call decodes the answer the loop accepted; PostCall hooks change only
+        // the text copies (the reply, the stream, the logs).
+        let answer = self.format.map(|_| Box::new(reply.clone()));
         let mut reply = reply;
         if self.wants(EventKind::PostCall) {
             reply = fire!(self, PostCall(PostCallEvent {
@@ -736,6 +739,7 @@ impl Call<'_> {
             usage: self.usage,
             model_calls: self.model_calls,
             decisions: self.take_trail(),
+            answer,
         })
     }
 }

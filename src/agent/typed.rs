@@ -84,6 +84,13 @@ impl Agent {
     /// correction and the accepted answer. A reply wrapped in one Markdown code fence
     /// (```` ```json … ``` ````) is read without the fence.
     ///
+    /// **Masking and other `PostCall` rewrites.** The value is decoded from the answer
+    /// the loop accepted (after `PostReasoning` hooks), before `PostCall` hooks change
+    /// the reply's text: a schema-valid answer is never re-asked because a masking hook
+    /// turned `4111111111111111` into `***`. The program receives the value as the model
+    /// gave it; every text copy — [`TypedOutcome::outcome`]'s reply, a stream, the audit
+    /// and the logs — shows the masked text.
+    ///
     /// # Errors
     /// [`ErrorKind::Output`](crate::ErrorKind::Output) when `T`'s JSON form is not an
     /// object, when the answer still does not fit after the re-asks (the message holds
@@ -122,7 +129,11 @@ impl Agent {
                     format.name, outcome.reason
                 )));
             }
-            let violation = match parse::<T>(&outcome.reply.text(), &validator) {
+            let answer = outcome
+                .answer
+                .as_deref()
+                .map_or_else(|| outcome.reply.text(), Msg::text);
+            let violation = match parse::<T>(&answer, &validator) {
                 Ok(value) => {
                     return Ok(TypedOutcome {
                         value,

@@ -539,3 +539,41 @@ fn a_top_level_tools_json_entry_that_names_no_tool_fails_the_build_naming_the_cl
         .unwrap();
     assert!(agent.tool_names().iter().any(|t| t == "refund"));
 }
+
+/// Issue 31 item 9: a schema-valid structured answer is never re-asked because masking
+/// changed its text; the program gets the value, every text copy is masked.
+#[tokio::test]
+async fn masking_never_breaks_a_valid_structured_answer() {
+    #[derive(serde::Deserialize, schemars::JsonSchema, Debug)]
+    struct Order {
+        order_id: u64,
+        status: String,
+    }
+    let model = ScriptedModel::new([ScriptedTurn::text(
+        r#"{"order_id": 4111111111111111, "status": "paid"}"#,
+    )]);
+    let masking = rein::hooks::MaskingHook::new(
+        rein::hooks::MaskingConfig {
+            enabled: true,
+            ..rein::hooks::MaskingConfig::default()
+        },
+        rein::hooks::SensitiveDataMasker::default(),
+    );
+    let agent = crate::support::builder(&model)
+        .hook(masking)
+        .build()
+        .unwrap();
+    let typed = agent
+        .run_typed::<Order>(vec![Msg::user("status of my order?")], RunContext::new())
+        .await
+        .unwrap();
+    assert_eq!(typed.reasks, 0, "not re-asked");
+    assert_eq!(typed.value.order_id, 4_111_111_111_111_111);
+    assert_eq!(typed.value.status, "paid");
+    assert!(
+        !typed.outcome.reply.text().contains("4111111111111111"),
+        "the reply's text is masked: {}",
+        typed.outcome.reply.text()
+    );
+    assert_eq!(model.requests().len(), 1);
+}
