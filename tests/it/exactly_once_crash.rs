@@ -5,7 +5,9 @@
 //! PostgreSQL: the at-most-once `refund` ran at most once per call (exactly once after a
 //! human resolved an unknown outcome), the idempotent `credit` re-ran only with the
 //! same key, every stored history loads and is valid, and every call whose outcome was
-//! unknown was surfaced as such.
+//! unknown was surfaced as such. Then the same at random moments under load: rounds of
+//! concurrent replica processes, each SIGKILLed after a random delay
+//! (`REIN_EFFECT_RANDOM_ROUNDS`, default 3).
 //!
 //! The replicas are this test binary run as a worker (`effect_worker`, ignored), like
 //! `tests/it/replicas.rs`. Kills per engine: `REIN_EFFECT_KILLS` (default: each point
@@ -42,6 +44,16 @@ fn point(what: &str) {
     }
 }
 
+/// A slow tool (`REIN_EFFECT_SLOW_MS`), so random kills land inside the tool too.
+async fn slow() {
+    if let Some(ms) = std::env::var("REIN_EFFECT_SLOW_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
 /// The outside world the tools change: one line per effect, appended and synced.
 fn effect(log: &str, line: &str) {
     let mut f = std::fs::OpenOptions::new()
@@ -63,10 +75,12 @@ fn tools(log: &str) -> Toolkit {
             let log = l1.clone();
             async move {
                 point("refund:start");
+                slow().await;
                 effect(
                     &log,
                     &format!("REFUND {} {}", ctx.tool_use_id(), ctx.idempotency_key()),
                 );
+                slow().await;
                 point("refund:end");
                 Ok("refund 5000 paid".to_owned())
             }
@@ -453,6 +467,108 @@ async fn run_engine<S: SessionStore>(engine: &str, at: &str, store: S) {
     assert_eq!(c.kills, kills);
 }
 
+/// Starts a worker; the caller kills it.
+fn spawn_worker(engine: &str, at: &str, log: &str, s: &str, mode: &str) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "exactly_once_crash::effect_worker",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("REIN_EFFECT_MODE", mode)
+        .env("REIN_EFFECT_ENGINE", engine)
+        .env("REIN_EFFECT_WHERE", at)
+        .env("REIN_EFFECT_LOG", log)
+        .env("REIN_EFFECT_SESSION", s)
+        .env("REIN_EFFECT_KILL_AT", "0")
+        .env("REIN_EFFECT_SLOW_MS", "40")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Random moments under load: rounds of `SESSIONS` approved refunds resumed by as many
+/// replica processes at once, each SIGKILLed after a random delay (or finishing first);
+/// then another replica resumes each session and a human resolves what is unknown. The
+/// refund of every session ran exactly once.
+async fn random_kills_under_load<S: SessionStore>(engine: &str, at: &str, store: S) {
+    const SESSIONS: usize = 6;
+    let dir = crate::support::TempDir::new("effects-random");
+    let log = dir.path().join("effects.log").to_str().unwrap().to_owned();
+    let rounds: usize =
+        std::env::var("REIN_EFFECT_RANDOM_ROUNDS").map_or(3, |v| v.parse().unwrap());
+    let mut rng = crate::crash::XorShift::new(0x5eed_0000 + rounds as u64);
+    // How long one slow resume takes on this machine now: kills are spread over it.
+    worker(engine, at, &log, "r-dry", "ask", 0);
+    let t = std::time::Instant::now();
+    spawn_worker(engine, at, &log, "r-dry", "approve")
+        .wait()
+        .unwrap();
+    let span = (t.elapsed().as_millis() as u64 * 5 / 4).max(50);
+    let (mut kills, mut unknown) = (0, 0);
+    for round in 0..rounds {
+        let names: Vec<String> = (0..SESSIONS).map(|i| format!("r{round}-{i}")).collect();
+        for s in &names {
+            worker(engine, at, &log, s, "ask", 0);
+        }
+        let mut children: Vec<_> = names
+            .iter()
+            .map(|s| {
+                (
+                    spawn_worker(engine, at, &log, s, "approve"),
+                    rng.below(span),
+                )
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        for (child, after_ms) in &mut children {
+            let wait = Duration::from_millis(*after_ms).saturating_sub(started.elapsed());
+            std::thread::sleep(wait);
+            if child.try_wait().unwrap().is_none() {
+                child.kill().unwrap();
+                kills += 1;
+            }
+            child.wait().unwrap();
+        }
+        for s in &names {
+            let second = worker(engine, at, &log, s, "approve", 0);
+            if outcome(&second).as_deref() == Some("outcome_unknown") {
+                unknown += 1;
+                let paid = std::fs::read_to_string(&log)
+                    .unwrap_or_default()
+                    .lines()
+                    .any(|l| l.starts_with("REFUND") && rein_key_session(l) == session_digest(s));
+                let third = worker(
+                    engine,
+                    at,
+                    &log,
+                    s,
+                    if paid { "record" } else { "retry" },
+                    0,
+                );
+                assert_eq!(outcome(&third).as_deref(), Some("final"), "{s}: {third}");
+            }
+            let refunds = std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.starts_with("REFUND") && rein_key_session(l) == session_digest(s))
+                .count();
+            assert_eq!(refunds, 1, "{s}: the refund ran exactly once");
+            let stored = store.load(&key(s)).await.unwrap();
+            assert_memory_valid(&stored.messages);
+            assert_eq!(stored.messages.last().unwrap().text(), "done", "{s}");
+        }
+    }
+    eprintln!(
+        "{engine}: {rounds} rounds of {SESSIONS} concurrent replica processes, {kills} SIGKILLed \
+         at random moments, {unknown} outcomes unknown (resolved by a human); every refund ran \
+         exactly once"
+    );
+}
+
 /// The digest part of an idempotency key in an effect line (`… rein-<digest>-<id>`).
 fn rein_key_session(line: &str) -> String {
     let k = line.rsplit(' ').next().unwrap_or("");
@@ -477,6 +593,7 @@ async fn an_approved_refund_runs_exactly_once_whatever_point_a_replica_dies_at_o
     let dir = crate::support::TempDir::new("effect-file");
     let at = dir.path().to_str().unwrap().to_owned();
     run_engine("file", &at, FileSessionStore::open(&at).unwrap()).await;
+    random_kills_under_load("file", &at, FileSessionStore::open(&at).unwrap()).await;
 }
 
 #[cfg(feature = "redis")]
@@ -487,7 +604,8 @@ async fn an_approved_refund_runs_exactly_once_whatever_point_a_replica_dies_at_o
     };
     let ns = crate::store_redis::fresh_prefix();
     let store = crate::store_redis::harness_in(&url, &ns).client().await;
-    run_engine("redis", &ns, store).await;
+    run_engine("redis", &ns, store.clone()).await;
+    random_kills_under_load("redis", &ns, store).await;
 }
 
 #[cfg(feature = "postgres")]
@@ -500,5 +618,6 @@ async fn an_approved_refund_runs_exactly_once_whatever_point_a_replica_dies_at_o
     let store = crate::store_postgres::harness_in(&url, &table)
         .client()
         .await;
-    run_engine("postgres", &table, store).await;
+    run_engine("postgres", &table, store.clone()).await;
+    random_kills_under_load("postgres", &table, store).await;
 }
