@@ -250,6 +250,7 @@ impl HookHarness {
             result,
             denied: false,
             stop: false,
+            human: None,
         })
     }
 

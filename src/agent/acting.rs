@@ -43,7 +43,7 @@ use super::stream::AgentEvent;
 use crate::context::{DecisionSink, EventSink};
 use crate::error::Error;
 use crate::hook::{
-    ActingChunkEvent, Decision, DecisionKind, Denial, EventKind, Forward, HookEvent,
+    ActingChunkEvent, Decision, DecisionKind, Denial, EventKind, Forward, HookEvent, HumanDecision,
     PostActingEvent, PreActingEvent,
 };
 use crate::message::{Msg, ToolResult, ToolUse};
@@ -96,6 +96,8 @@ pub(super) struct Planned {
     /// A hook stopped the call for a human: with the model's original form when a hook
     /// changed it.
     pub(super) wait: Option<Option<ToolUse>>,
+    /// What a human decided about the call (for `PostActing` and the audit).
+    pub(super) human: Option<Box<HumanDecision>>,
 }
 
 impl Planned {
@@ -110,6 +112,7 @@ impl Planned {
             retry: false,
             resume_child: false,
             wait: None,
+            human: None,
         }
     }
 
@@ -155,7 +158,7 @@ impl Call<'_> {
         }
         let decisions = priors
             .iter()
-            .any(|p| matches!(p, Prior::Awaiting(Some(_))))
+            .any(|p| !matches!(p, Prior::Fresh | Prior::Replay(_)))
             .then(|| self.ctx.extensions().get::<ApprovalDecisions>())
             .flatten();
         let mut priors = priors.into_iter();
@@ -170,6 +173,14 @@ impl Call<'_> {
                     }
                     Planning::Admit(u, human) => (u, human),
                 };
+            let decided = human.map(|label| {
+                let d = decisions.as_deref().map(|d| d.human(&tool_use.id, label));
+                Box::new(d.unwrap_or_else(|| HumanDecision {
+                    decision: label.to_owned(),
+                    approver: None,
+                    reason: None,
+                }))
+            });
             let rejection = if n >= limit {
                 Some((
                     format!(
@@ -208,7 +219,7 @@ impl Call<'_> {
                 });
                 continue;
             }
-            let mut e = self.pre_acting(tool_use, human.is_some()).await?;
+            let mut e = self.pre_acting(tool_use, decided.clone()).await?;
             if human.is_some() && e.changed && e.denial.is_none() {
                 // The human decided on the call as stored; a hook changed it since.
                 let reason = format!(
@@ -252,6 +263,7 @@ impl Call<'_> {
                 denial: e.denial.map(|d| d.reason),
                 journal,
                 wait: e.wait.then_some(e.original),
+                human: decided,
                 ..Planned::new(e.tool_use)
             });
         }
@@ -294,6 +306,7 @@ impl Call<'_> {
                     result,
                     denied: p.denial.is_some(),
                     stop: false,
+                    human: p.human,
                 }) => { result, stop });
                 stop |= stopped;
                 result
@@ -416,7 +429,11 @@ impl Call<'_> {
     /// [`MAX_PRE_ACTING_PASSES`]. Returns the call as the hooks left it, their denial,
     /// and whether a hook changed it (taken out of the event field by field, never
     /// moving the whole event).
-    async fn pre_acting(&self, tool_use: ToolUse, human: bool) -> Result<PreActed, Error> {
+    async fn pre_acting(
+        &self,
+        tool_use: ToolUse,
+        human: Option<Box<HumanDecision>>,
+    ) -> Result<PreActed, Error> {
         let chain = &self.agent.chain;
         let full = chain.subscribers(EventKind::PreActing);
         let mut event = PreActingEvent::new(self.meta.clone(), tool_use);

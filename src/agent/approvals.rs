@@ -90,6 +90,10 @@ impl ApprovalDecision {
 #[derive(Clone, Debug, Default)]
 pub struct ApprovalDecisions {
     by_call: HashMap<String, Bound>,
+    /// Who made these decisions (recorded with each in the trail and the audit).
+    approver: Option<String>,
+    /// Why, per call id, when the approver said.
+    reasons: HashMap<String, String>,
     /// Calls each decision was applied to, by id: `(tool name, arguments)`.
     used: Arc<Mutex<HashMap<String, (String, Value)>>>,
 }
@@ -182,6 +186,56 @@ impl ApprovalDecisions {
     #[must_use]
     pub fn abandon(self, tool_call_id: impl Into<String>, reason: impl Into<String>) -> Self {
         self.deny(tool_call_id, reason)
+    }
+
+    /// Names who made these decisions (a user id, an e-mail, a service): recorded with
+    /// every decision the runtime applies — in the decision trail
+    /// ([`DecisionKind::HumanDecision`](crate::hook::DecisionKind::HumanDecision)), on
+    /// the call's `PreActing`/`PostActing` events
+    /// ([`PostActingEvent::human_decision`](crate::PostActingEvent::human_decision)) and
+    /// so in the audit.
+    #[must_use]
+    pub fn by(mut self, approver: impl Into<String>) -> Self {
+        self.approver = Some(approver.into());
+        self
+    }
+
+    /// Records why the decision for this tool call id was made (kept with it like the
+    /// approver).
+    #[must_use]
+    pub fn with_reason(
+        mut self,
+        tool_call_id: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        self.reasons.insert(tool_call_id.into(), reason.into());
+        self
+    }
+
+    /// Who made these decisions, if named ([`ApprovalDecisions::by`]).
+    pub fn approver(&self) -> Option<&str> {
+        self.approver.as_deref()
+    }
+
+    /// Why the decision for this call id was made, if the approver said.
+    pub fn reason(&self, tool_call_id: &str) -> Option<&str> {
+        self.reasons.get(tool_call_id).map(String::as_str)
+    }
+
+    /// The record of the decision `label` for call `id`, as the runtime applies it.
+    pub(crate) fn human(&self, id: &str, label: &str) -> crate::hook::HumanDecision {
+        crate::hook::HumanDecision {
+            decision: label.to_owned(),
+            approver: self.approver.clone(),
+            reason: self
+                .reasons
+                .get(id)
+                .cloned()
+                .or_else(|| match self.get(id) {
+                    Some(ApprovalDecision::Deny(r)) => Some(r.clone()),
+                    _ => None,
+                }),
+        }
     }
 
     /// The decision recorded for this tool call id (whether or not it still applies).

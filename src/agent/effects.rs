@@ -21,9 +21,8 @@ use crate::tool::{EffectClass, idempotency_key};
 pub(super) enum Prior {
     /// Nothing: the call goes through admission and `PreActing`.
     Fresh,
-    /// Stored as waiting for a human (a stop for approval): the decision, if the
-    /// resuming call carries one.
-    Awaiting(Option<ApprovalDecision>),
+    /// Stored as waiting for a human (a stop for approval).
+    Awaiting,
     /// Settled by an earlier attempt: its result is replayed, the tool does not run.
     Replay(ToolResult),
     /// Claimed by an earlier attempt and to be run again (an idempotent tool, a human's
@@ -93,7 +92,7 @@ impl Call<'_> {
                 None
             };
             let prior = match entry {
-                None if awaiting.contains(u.id.as_str()) => Prior::Awaiting(decided),
+                None if awaiting.contains(u.id.as_str()) => Prior::Awaiting,
                 None => Prior::Fresh,
                 Some(Entry {
                     state: State::Settled,
@@ -177,20 +176,22 @@ impl Call<'_> {
                 }));
             }
             Prior::Resolved(result, class, attempt) => {
-                self.note_runtime(
-                    DecisionKind::HumanDecision,
+                let label = if result.is_error {
+                    "deny"
+                } else {
+                    "record_outcome"
+                };
+                let human = self.note_human(
+                    decisions,
                     "tool_result",
-                    if result.is_error {
-                        "deny"
-                    } else {
-                        "record_outcome"
-                    },
+                    label,
                     "a human resolved a call whose outcome was unknown",
                     &tool_use.id,
                 );
                 return Planning::Done(Box::new(Planned {
                     replay: Some(result),
                     journal: Some((class, attempt, Some("resolved"))),
+                    human: Some(human),
                     ..Planned::new(tool_use)
                 }));
             }
@@ -200,40 +201,37 @@ impl Call<'_> {
                 resume_child,
                 decision,
             } => {
-                if let Some(d) = decision {
-                    self.note_runtime(
-                        DecisionKind::HumanDecision,
+                let human = decision.map(|d| {
+                    self.note_human(
+                        decisions,
                         "tool_use",
                         d,
                         "a human chose to retry a call whose outcome was unknown (same idempotency key)",
                         &tool_use.id,
-                    );
-                }
+                    )
+                });
                 return Planning::Done(Box::new(Planned {
                     journal: Some((class, attempt, decision)),
                     retry: true,
                     resume_child,
+                    human,
                     ..Planned::new(tool_use)
                 }));
             }
-            Prior::Awaiting(_) => {
+            Prior::Awaiting => {
                 match decisions.and_then(|d| d.apply(&tool_use)) {
                     Some(ApprovalDecision::Deny(reason)) => {
-                        self.note_runtime(
-                            DecisionKind::HumanDecision,
-                            "tool_use",
-                            "deny",
-                            &reason,
-                            &tool_use.id,
-                        );
+                        let human =
+                            self.note_human(decisions, "tool_use", "deny", &reason, &tool_use.id);
                         return Planning::Done(Box::new(Planned {
                             denial: Some(reason),
+                            human: Some(human),
                             ..Planned::new(tool_use)
                         }));
                     }
                     Some(ApprovalDecision::RecordOutcome(text)) => {
-                        self.note_runtime(
-                            DecisionKind::HumanDecision,
+                        let human = self.note_human(
+                            decisions,
                             "tool_result",
                             "record_outcome",
                             "a human recorded the result of a call waiting for approval; not run",
@@ -242,6 +240,7 @@ impl Call<'_> {
                         let result = ToolResult::new(&tool_use.id, &tool_use.name, text);
                         return Planning::Done(Box::new(Planned {
                             replay: Some(result),
+                            human: Some(human),
                             ..Planned::new(tool_use)
                         }));
                     }
@@ -272,8 +271,9 @@ impl Call<'_> {
                     }
                 }
                 if let Some(d) = human {
-                    self.note_runtime(
-                        DecisionKind::HumanDecision,
+                    // The record travels with the call (`decided` in the acting step).
+                    let _ = self.note_human(
+                        decisions,
                         "tool_use",
                         d,
                         "a human decided on a call stored as waiting for approval",
@@ -290,6 +290,33 @@ impl Call<'_> {
             }
         }
         Planning::Admit(tool_use, human)
+    }
+
+    /// Records a human's decision in the trail — with who decided and why, when the
+    /// decisions say — and returns it for the call's events.
+    fn note_human(
+        &self,
+        decisions: Option<&ApprovalDecisions>,
+        field: &'static str,
+        label: &str,
+        default_reason: &str,
+        id: &str,
+    ) -> Box<crate::hook::HumanDecision> {
+        let human = match decisions {
+            Some(d) => d.human(id, label),
+            None => crate::hook::HumanDecision {
+                decision: label.to_owned(),
+                approver: None,
+                reason: None,
+            },
+        };
+        let why = human.reason.as_deref().unwrap_or(default_reason);
+        let reason = match &human.approver {
+            Some(who) => format!("by {who}: {why}"),
+            None => why.to_owned(),
+        };
+        self.note_runtime(DecisionKind::HumanDecision, field, label, &reason, id);
+        Box::new(human)
     }
 
     /// The reply of a step that cannot proceed until a human decides: the turn's

@@ -15,6 +15,21 @@ pub(crate) struct Denial {
     pub(crate) hook: Option<Arc<str>>,
 }
 
+/// What a human decided about a tool call, as the runtime applied it: on the call's
+/// `PreActing` ([`PreActingEvent::human_decision`]) and `PostActing`
+/// ([`PostActingEvent::human_decision`]) events, so a hook (the audit) records who
+/// decided what about which call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HumanDecision {
+    /// The decision: `approve`, `deny`, `edit`, `retry`, `record_outcome`.
+    pub decision: String,
+    /// Who decided, when the decisions said ([`ApprovalDecisions::by`](crate::agent::ApprovalDecisions::by)).
+    pub approver: Option<String>,
+    /// Why, when the approver said.
+    pub reason: Option<String>,
+}
+
 /// Fires once per tool call, in call order, before any tool of the turn runs.
 #[derive(Debug)]
 #[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
@@ -30,8 +45,8 @@ pub struct PreActingEvent {
     pub(crate) changed_by: Option<u16>,
     /// The call as admitted, before the first rewrite (set on the first change only).
     pub(crate) original: Option<Box<ToolUse>>,
-    /// A human's decision was applied to the call by the runtime before any hook.
-    pub(crate) human: bool,
+    /// A human's decision the runtime applied to the call before any hook.
+    pub(crate) human: Option<Box<HumanDecision>>,
     /// A hook asked to stop the call for a human ([`PreActingEvent::stop_for_human`]).
     pub(crate) wait: bool,
 }
@@ -46,7 +61,7 @@ impl PreActingEvent {
             changed: false,
             changed_by: None,
             original: None,
-            human: false,
+            human: None,
             wait: false,
         }
     }
@@ -76,7 +91,13 @@ impl PreActingEvent {
     /// applied before admission (an approval lets it run, an edit is the call hooks now
     /// see). An approval hook does not ask again.
     pub fn decided_by_human(&self) -> bool {
-        self.human
+        self.human.is_some()
+    }
+
+    /// The human's decision the runtime applied to this call (see
+    /// [`PreActingEvent::decided_by_human`]), with who decided and why.
+    pub fn human_decision(&self) -> Option<&HumanDecision> {
+        self.human.as_deref()
     }
 
     /// The call as the model asked for it (after the runtime's admission, before any
@@ -212,9 +233,17 @@ pub struct PostActingEvent {
     pub(crate) result: ToolResult,
     pub(crate) denied: bool,
     pub(crate) stop: bool,
+    /// What a human decided about the call, when one did.
+    pub(crate) human: Option<Box<HumanDecision>>,
 }
 
 impl PostActingEvent {
+    /// What a human decided about this call (approved, edited, denied, retried or
+    /// recorded its outcome), with who and why; `None` when no human decided on it.
+    pub fn human_decision(&self) -> Option<&HumanDecision> {
+        self.human.as_deref()
+    }
+
     /// The call that ran (or was denied).
     pub fn tool_use(&self) -> &ToolUse {
         &self.tool_use

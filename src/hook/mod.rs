@@ -59,7 +59,7 @@ mod registry;
 mod site;
 
 pub(crate) use acting::Denial;
-pub use acting::{ActingChunkEvent, PostActingEvent, PreActingEvent};
+pub use acting::{ActingChunkEvent, HumanDecision, PostActingEvent, PreActingEvent};
 pub(crate) use chain::HookChain;
 pub use decision::{Decision, DecisionKind, FieldChange, RevealNumbers};
 pub(crate) use decision::{Forward, TrailMode, emit_decision, forward};

@@ -203,3 +203,85 @@ async fn an_approval_leaves_no_state_behind_whatever_the_approver_answered() {
         assert_eq!(hook.edits_in_flight(), 0);
     }
 }
+
+/// Issue 31 item 11: who approved what. The stop's audit record lists the waiting call;
+/// the human's decision (with the approver and the reason) is on the call's audit record
+/// and in the decision trail.
+#[tokio::test]
+async fn the_audit_and_the_trail_record_who_approved_which_call_and_why() {
+    use rein::hooks::{AuditConfig, AuditHook, AuditKind, MemoryAuditSink, SensitiveDataMasker};
+    let sink = MemoryAuditSink::new();
+    let audit = Arc::new(AuditHook::new(
+        AuditConfig {
+            enabled: true,
+            ..AuditConfig::default()
+        },
+        SensitiveDataMasker::default(),
+        sink.clone(),
+    ));
+    let paid = Arc::default();
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("refund", json!({"amount": 500})),
+        ScriptedTurn::text("refunded"),
+    ]);
+    let guard = rein::hooks::ApprovalHook::new(
+        rein::hooks::ApprovalConfig {
+            enabled: true,
+            guarded_tools: vec!["refund".into()],
+            mode: rein::hooks::ApprovalMode::StopForHuman,
+            ..rein::hooks::ApprovalConfig::default()
+        },
+        None,
+    )
+    .unwrap();
+    let agent = builder(&model)
+        .toolkit(refund_tool(&paid))
+        .hook(guard)
+        .hook(audit.clone())
+        .decision_trail(true)
+        .build()
+        .unwrap();
+    let stopped = agent
+        .run(vec![Msg::user("refund")], session("who"))
+        .await
+        .unwrap();
+    let call = pending_approvals(&stopped.reply).remove(0);
+    let decisions = agent::ApprovalDecisions::new()
+        .by("alice@support")
+        .with_reason(&call.id, "customer verified by phone")
+        .approve_call(&call);
+    let done = agent.resume(&key("who"), decisions).await.unwrap();
+    audit.flush().await.unwrap();
+    let records = sink.records();
+    let stop = records
+        .iter()
+        .find(|r| r.kind == AuditKind::FinalAnswer && !r.pending.is_empty())
+        .expect("the stop is audited with what waits");
+    assert_eq!(stop.pending[0]["id"], json!(call.id));
+    assert_eq!(stop.pending[0]["status"], "awaiting_approval");
+    let ran = records
+        .iter()
+        .find(|r| r.kind == AuditKind::ToolCall)
+        .expect("the approved call is audited");
+    assert_eq!(ran.tool_call_id.as_deref(), Some(call.id.as_str()));
+    assert_eq!(ran.human_decision.as_deref(), Some("approve"));
+    assert_eq!(ran.approved_by.as_deref(), Some("alice@support"));
+    assert_eq!(
+        ran.human_reason.as_deref(),
+        Some("customer verified by phone")
+    );
+    let trail = done
+        .decisions
+        .iter()
+        .find(|d| d.kind == rein::hook::DecisionKind::HumanDecision)
+        .expect("the trail records the human decision");
+    assert_eq!(trail.before, "approve");
+    assert_eq!(trail.tool_call_id.as_deref(), Some(call.id.as_str()));
+    assert!(
+        trail
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("alice@support") && r.contains("verified")),
+        "{trail:?}"
+    );
+}

@@ -422,6 +422,11 @@ impl AuditHook {
                     r.duration_ms = started.map(|s| (e.timestamp() - s).as_secs_f64() * 1000.0);
                     r.stop_requested = Some(e.is_stop_requested());
                 }
+                if let Some(h) = e.human_decision() {
+                    r.human_decision = Some(h.decision.clone());
+                    r.approved_by.clone_from(&h.approver);
+                    r.human_reason = h.reason.as_deref().map(|t| self.mask_text(t));
+                }
                 Some(r)
             }
             HookEvent::PostReasoning(e) => {
@@ -441,6 +446,22 @@ impl AuditHook {
                 r.answer = Some(self.answer(&e.final_message().text_cow()));
                 r.stop_reason = Some(stop_reason(e.reason()).to_owned());
                 r.flags = msg_flags(e.final_message());
+                if let Some(Value::Array(calls)) = e
+                    .final_message()
+                    .metadata
+                    .get(crate::agent::PENDING_CALLS_KEY)
+                {
+                    r.pending = calls
+                        .iter()
+                        .map(|c| {
+                            serde_json::json!({
+                                "id": c.get("id"), "tool": c.get("name"),
+                                "agent": c.get("agent"),
+                                "status": c.get("status").cloned().unwrap_or(Value::from("awaiting_approval")),
+                            })
+                        })
+                        .collect();
+                }
                 Some(r)
             }
             HookEvent::Error(e) => {

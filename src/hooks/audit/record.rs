@@ -150,6 +150,22 @@ pub struct AuditRecord {
     /// `final-answer`: flags hooks set on the reply (e.g. `self_correction_exhausted`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flags: Vec<String>,
+    /// Tool records of a call a human decided on: the decision (`approve`, `deny`,
+    /// `edit`, `retry`, `record_outcome`), as the runtime applied it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub human_decision: Option<String>,
+    /// Tool records of a call a human decided on: who decided, when the decisions named
+    /// them (`ApprovalDecisions::by`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
+    /// Tool records of a call a human decided on: why, when the approver said (masked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub human_reason: Option<String>,
+    /// `final-answer` of a call that stopped for a human (approval, unknown outcome, a
+    /// waiting subagent): the calls that wait, each `{id, tool, agent, status}` (the
+    /// link from the stop to the decisions that later resolve them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<Value>,
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -216,6 +232,10 @@ impl AuditRecord {
             error: None,
             error_kind: None,
             flags: Vec::new(),
+            human_decision: None,
+            approved_by: None,
+            human_reason: None,
+            pending: Vec::new(),
         }
     }
 
