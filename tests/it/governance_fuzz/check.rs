@@ -171,10 +171,11 @@ pub fn governance(case: &Case, obs: &Obs) -> Result<(), TestCaseError> {
         if task.is_empty() {
             // A resumed child (its delegation call waited for a human): it ran before.
             checked(1);
+            // By name: on another replica (a rebuilt agent) the same child has a new id.
             prop_assert!(
                 obs.child_runs[..n]
                     .iter()
-                    .any(|(c, t)| c == child && !t.is_empty()),
+                    .any(|(c, t)| obs.agents[c].name == rec.name && !t.is_empty()),
                 "child {} resumed without having run",
                 rec.name
             );
