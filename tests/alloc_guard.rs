@@ -388,8 +388,8 @@ fn w1_allocations(calls: usize) -> u64 {
 /// system message, 99 once admission validated arguments in place, the model name
 /// was borrowed per turn and a context's ids and extensions took one allocation
 /// each, 98 once a new session's conversation started as the agent's shared empty
-/// list). A change that adds allocations to every call fails here; raise the budget
-/// only with a reason.
+/// list; 100 with the effect journal's per-call bookkeeping). A change that adds
+/// allocations to every call fails here; raise the budget only with a reason.
 #[test]
 fn a_w1_call_stays_within_its_allocation_budget() {
     let n = w1_allocations(20);

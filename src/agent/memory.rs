@@ -313,9 +313,10 @@ pub(crate) struct CallMemory {
     guard: OwnedMutexGuard<Conversation>,
     armed: bool,
     persistence: Option<Persistence>,
-    /// Ids of the tool calls this call started, so a repair never calls a started
-    /// tool "not executed".
-    started: Vec<String>,
+    /// The tool calls this call started, by position in the last assistant message's
+    /// tool uses (bit `p`; bit 63 also for every later position), so a repair never
+    /// calls a started tool "not executed". No allocation per call.
+    started: u64,
 }
 
 /// Result text for tool uses left without a result by a dropped call.
@@ -335,7 +336,7 @@ impl CallMemory {
             guard,
             armed: true,
             persistence,
-            started: Vec::new(),
+            started: 0,
         }
     }
 
@@ -346,7 +347,16 @@ impl CallMemory {
 
     /// Notes that the tool of call `id` is about to start.
     pub(crate) fn started(&mut self, id: &str) {
-        self.started.push(id.to_owned());
+        let position = self.last_assistant().and_then(|m| {
+            m.content
+                .iter()
+                .filter_map(|b| match b {
+                    ContentBlock::ToolUse(u) => Some(u),
+                    _ => None,
+                })
+                .position(|u| u.id == id)
+        });
+        self.started |= started_bit(position);
     }
 
     /// The last assistant message (the one whose tool uses are acting or pending).
@@ -473,9 +483,8 @@ impl CallMemory {
     /// journal holds (they stay pending: the next call on the session replays or
     /// surfaces them) and tools this call started (they get [`INTERRUPTED`]).
     pub(crate) fn repair(&mut self, text: &str) {
-        let started = std::mem::take(&mut self.started);
-        repair(self.messages_mut(), text, &started);
-        self.started = started;
+        let started = self.started;
+        repair(self.messages_mut(), text, started);
     }
 
     /// Replaces the stored tool use with this id (name and input) in the last
@@ -593,7 +602,7 @@ impl Drop for CallMemory {
             repair(
                 Arc::make_mut(&mut self.guard.messages),
                 DROPPED,
-                &self.started,
+                self.started,
             );
         }
         let Some(mut p) = self.persistence.take() else {
@@ -676,11 +685,35 @@ pub(crate) fn pending_tool_uses(messages: &[Msg]) -> Vec<ToolUse> {
         .collect()
 }
 
-fn repair(messages: &mut Vec<Msg>, text: &str, started: &[String]) {
+/// The bit of tool-use position `p` in a started mask (unknown positions and those
+/// past 62 share bit 63, so they count as started: the safe side).
+fn started_bit(position: Option<usize>) -> u64 {
+    match position {
+        Some(p) if p < 63 => 1 << p,
+        _ => 1 << 63,
+    }
+}
+
+fn repair(messages: &mut Vec<Msg>, text: &str, started: u64) {
     let mut pending = pending_tool_uses(messages);
     if pending.is_empty() {
         return;
     }
+    let positions: Vec<(String, u64)> =
+        match messages.iter().rev().find(|m| m.role == Role::Assistant) {
+            Some(m) => m
+                .tool_uses()
+                .iter()
+                .enumerate()
+                .map(|(p, u)| (u.id.clone(), started_bit(Some(p))))
+                .collect(),
+            None => Vec::new(),
+        };
+    let was_started = |id: &str| {
+        positions
+            .iter()
+            .any(|(u, bit)| u == id && started & bit != 0)
+    };
     let mut ran: Vec<String> = Vec::new();
     if let Some(last) = messages.iter().rev().find(|m| m.role == Role::Assistant)
         && last.metadata.contains_key(super::journal::JOURNAL_KEY)
@@ -703,7 +736,7 @@ fn repair(messages: &mut Vec<Msg>, text: &str, started: &[String]) {
     let results = pending.into_iter().map(|u| {
         let text = if ran.contains(&u.id) {
             SETTLED_UNACCEPTED
-        } else if started.contains(&u.id) {
+        } else if was_started(&u.id) {
             INTERRUPTED
         } else {
             text
