@@ -194,11 +194,18 @@ impl Call<'_> {
                 self.admit(memory, &mut tool_use)
             };
             if let Some((reason, status)) = rejection {
+                // The model reads the schema's messages (they quote the values it
+                // sent); the trail and the logs get the failing paths only.
+                let recorded = if status == "invalid_arguments" {
+                    without_values(&tool_use.name, &reason)
+                } else {
+                    reason.clone()
+                };
                 self.note_runtime(
                     DecisionKind::ToolCallRejected,
                     "tool_use",
                     status,
-                    &reason,
+                    &recorded,
                     &tool_use.id,
                 );
                 planned.push(Planned {
@@ -845,5 +852,29 @@ impl Call<'_> {
                 "timeout",
             ),
         }
+    }
+}
+
+/// The trail's form of an invalid-arguments rejection: the tool and the failing paths
+/// (the `at \`/path\`` parts of the schema's messages), never the values.
+fn without_values(tool: &str, reason: &str) -> String {
+    let mut paths: Vec<&str> = Vec::new();
+    let mut rest = reason;
+    while let Some(i) = rest.find("at `") {
+        let after = &rest[i + 4..];
+        let Some(end) = after.find('`') else { break };
+        let path = &after[..end];
+        if !paths.contains(&path) {
+            paths.push(path);
+        }
+        rest = &after[end + 1..];
+    }
+    if paths.is_empty() {
+        format!("Invalid arguments for tool `{tool}` (values not recorded)")
+    } else {
+        format!(
+            "Invalid arguments for tool `{tool}` at {} (values not recorded)",
+            paths.join(", ")
+        )
     }
 }

@@ -577,3 +577,39 @@ async fn masking_never_breaks_a_valid_structured_answer() {
     );
     assert_eq!(model.requests().len(), 1);
 }
+
+/// Issue 31 item 7, the runtime's part: a call whose arguments fail the schema is
+/// rejected with the schema's message for the model, but the decision trail names only
+/// the failing path, never the value.
+#[tokio::test]
+async fn a_schema_rejection_never_quotes_the_argument_in_the_trail() {
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call(
+            "refund",
+            serde_json::json!({"amount": "call me on +1 415-555-0134"}),
+        ),
+        ScriptedTurn::text("ok"),
+    ]);
+    let refund = FunctionTool::new(
+        "refund",
+        "Refunds.",
+        serde_json::json!({"type": "object", "properties": {"amount": {"type": "number"}}}),
+        |_| async { Ok(String::new()) },
+    );
+    let agent = crate::support::builder_with_tools(&model, vec![refund])
+        .decision_trail(true)
+        .build()
+        .unwrap();
+    let out = agent
+        .run(vec![Msg::user("refund")], RunContext::new())
+        .await
+        .unwrap();
+    let rejected = out
+        .decisions
+        .iter()
+        .find(|d| d.kind == rein::hook::DecisionKind::ToolCallRejected)
+        .expect("the rejection is in the trail");
+    let reason = rejected.reason.clone().unwrap_or_default();
+    assert!(reason.contains("/amount"), "{reason}");
+    assert!(!reason.contains("415"), "{reason}");
+}
