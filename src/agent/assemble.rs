@@ -220,6 +220,7 @@ impl<S> AgentBuilder<S> {
                 limits: c.limits,
                 hold_deltas: c.stream_release == StreamRelease::AfterAcceptance,
                 sessions: Sessions::new(c.hot_sessions),
+                stream_filters: c.stream_filters,
                 store: c.store,
                 leasing: c.leasing,
                 reload: c.reload,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::config::AgentConfig;
 use super::delegation::ChildBinding;
-use super::{Agent, SessionStore, StreamRelease};
+use super::{Agent, AgentStream, SessionStore, StreamRelease};
 use crate::error::BuildError;
 #[cfg(doc)]
 use crate::error::BuildErrorKind;
@@ -246,6 +246,18 @@ impl<S> AgentBuilder<S> {
     /// or only once the post-hooks accepted the turn. See [`StreamRelease`].
     pub fn stream_release(mut self, release: StreamRelease) -> Self {
         self.config.stream_release = release;
+        self
+    }
+
+    /// Adds a transform every stream of this agent goes through ([`Agent::stream`]), in
+    /// the order added: e.g. masking, which
+    /// [`MaskingHook::install`](crate::hooks::MaskingHook::install) adds with its hook.
+    /// [`Agent::stream_raw`] skips them. Default: none.
+    pub fn stream_filter(
+        mut self,
+        filter: impl Fn(AgentStream) -> AgentStream + Send + Sync + 'static,
+    ) -> Self {
+        self.config.stream_filters.push(Arc::new(filter));
         self
     }
 

@@ -58,6 +58,8 @@ pub(crate) struct AgentConfig {
     pub(crate) record_content: bool,
     pub(crate) tool_labels: Option<Arc<HashSet<String>>>,
     pub(crate) hot_sessions: usize,
+    /// Applied, in order, to every stream of the agent ([`AgentBuilder::stream_filter`]).
+    pub(crate) stream_filters: Vec<super::StreamFilter>,
 }
 
 impl Default for AgentConfig {
@@ -91,6 +93,7 @@ impl Default for AgentConfig {
             record_content: false,
             tool_labels: None,
             hot_sessions: super::sessions::HOT_SESSIONS,
+            stream_filters: Vec::new(),
         }
     }
 }
@@ -153,6 +156,8 @@ impl AgentConfig {
             record_content: self.record_content,
             tool_labels: self.tool_labels.clone(),
             hot_sessions: self.hot_sessions,
+            // A child's events reach the caller through its parent's stream, filtered there.
+            stream_filters: Vec::new(),
         }
     }
 

@@ -113,6 +113,9 @@ use crate::model::{GenerateOptions, Model, Usage};
 use crate::tool::{ToolSchema, Toolkit};
 use sessions::Sessions;
 
+/// A transform every stream of an agent goes through ([`AgentBuilder::stream_filter`]).
+pub type StreamFilter = Arc<dyn Fn(AgentStream) -> AgentStream + Send + Sync>;
+
 /// Metadata key on a stopped reply: the ids of the tool calls waiting for a decision,
 /// anywhere in the delegation tree (a JSON array of strings).
 pub const PENDING_CALL_IDS_KEY: &str = "rein.approval_pending";
@@ -204,6 +207,8 @@ pub(crate) struct AgentInner {
     pub(crate) leasing: Option<lease::Leasing>,
     /// Load sessions at the start of every call (see `AgentConfig::reload`).
     pub(crate) reload: bool,
+    /// Applied, in order, to every stream ([`AgentBuilder::stream_filter`]).
+    pub(crate) stream_filters: Vec<StreamFilter>,
     /// Present when the agent can delegate (it then has the `agent_spawn` tool).
     pub(crate) delegation: Option<Arc<dyn Delegating>>,
     /// Record decisions on every call (also recorded when a subscriber listens).
@@ -371,7 +376,24 @@ impl Agent {
     /// assert_eq!(shown, "Your order shipped.");
     /// # Ok(()) }
     /// ```
+    ///
+    /// The stream goes through the agent's stream filters
+    /// ([`AgentBuilder::stream_filter`]): with a masking hook installed by
+    /// [`HooksConfig::install`](crate::hooks::Hooks::install) or
+    /// [`MaskingHook::install`](crate::hooks::MaskingHook::install), it is masked.
+    /// [`Agent::stream_raw`] is the explicit opt-out for trusted internal consumers.
     pub fn stream(&self, msgs: Vec<Msg>, ctx: RunContext) -> AgentStream {
+        let mut stream = self.stream_raw(msgs, ctx);
+        for filter in &self.inner.stream_filters {
+            stream = filter(stream);
+        }
+        stream
+    }
+
+    /// [`Agent::stream`] without the agent's stream filters: what the call emits, as
+    /// it emits it — raw, also with a masking hook installed. For trusted internal
+    /// consumers only.
+    pub fn stream_raw(&self, msgs: Vec<Msg>, ctx: RunContext) -> AgentStream {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let inner = Arc::clone(&self.inner);
         let call = async move { inner.run_call(msgs, ctx, Some(tx), None).await }.boxed();

@@ -90,6 +90,8 @@ pub struct AgentStream {
     call: Option<BoxFuture<'static, Result<CallOutcome, Error>>>,
     rx: UnboundedReceiver<AgentEvent>,
     last: Option<AgentEvent>,
+    /// A stream that wraps another one (a stream filter's output): yields its items.
+    wrapped: Option<Pin<Box<dyn Stream<Item = AgentEvent> + Send>>>,
 }
 
 impl AgentStream {
@@ -101,6 +103,21 @@ impl AgentStream {
             call: Some(call),
             rx,
             last: None,
+            wrapped: None,
+        }
+    }
+
+    /// An agent stream that yields what `stream` yields: how a stream filter
+    /// ([`AgentBuilder::stream_filter`](super::AgentBuilder::stream_filter)) hands back
+    /// the stream it wrapped (e.g. a masked one). Dropping it drops `stream`, and so the
+    /// call inside it.
+    pub fn from_stream(stream: impl Stream<Item = AgentEvent> + Send + 'static) -> Self {
+        let (_tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        Self {
+            call: None,
+            rx,
+            last: None,
+            wrapped: Some(Box::pin(stream)),
         }
     }
 }
@@ -118,6 +135,9 @@ impl Stream for AgentStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
         let this = &mut *self;
+        if let Some(inner) = this.wrapped.as_mut() {
+            return inner.as_mut().poll_next(cx);
+        }
         loop {
             let Some(call) = this.call.as_mut() else {
                 // The call is over: every event it sent is already in the channel.

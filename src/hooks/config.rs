@@ -142,9 +142,15 @@ impl Hooks {
             approval,
             template_leak,
             self_correction,
-            audit,
-            masking
+            audit
         );
+        // With its stream filter: the agent's own stream is masked by default.
+        if let Some(masking) = &self.masking {
+            let mask = Arc::clone(masking);
+            b = b
+                .hook(Arc::clone(masking))
+                .stream_filter(move |s| crate::AgentStream::from_stream(mask.mask_stream(s)));
+        }
         b
     }
 

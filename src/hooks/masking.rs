@@ -144,6 +144,20 @@ impl MaskingHook {
         &self.masker
     }
 
+    /// Adds this hook to `builder` **and** masks every stream of the agent by default
+    /// (a [`stream_filter`](crate::AgentBuilder::stream_filter) that wraps
+    /// [`Agent::stream`](crate::Agent::stream) in [`MaskingHook::mask_stream`]), so a
+    /// masked stream does not depend on remembering the wrapper.
+    /// [`Agent::stream_raw`](crate::Agent::stream_raw) is the opt-out for trusted
+    /// internal consumers. [`Hooks::install`](super::Hooks::install) does this for the
+    /// configured masking hook.
+    pub fn install<S>(&self, builder: crate::AgentBuilder<S>) -> crate::AgentBuilder<S> {
+        let mask = self.clone();
+        builder
+            .hook(self.clone())
+            .stream_filter(move |s| crate::AgentStream::from_stream(mask.mask_stream(s)))
+    }
+
     /// Wraps a stream of a call (normally [`Agent::stream`](crate::Agent::stream)) so
     /// every item is masked before it is yielded (deltas, tool calls, progress, results,
     /// the final reply, errors, and subagents' events); see [`MaskedStream`].

@@ -613,3 +613,96 @@ async fn a_schema_rejection_never_quotes_the_argument_in_the_trail() {
     assert!(reason.contains("/amount"), "{reason}");
     assert!(!reason.contains("415"), "{reason}");
 }
+
+/// Issue 31 item 10: with a masking hook installed (by the hooks config or
+/// `MaskingHook::install`), the agent's own stream is masked without a wrapper;
+/// `stream_raw` is the explicit opt-out.
+#[tokio::test]
+async fn the_agents_own_stream_is_masked_when_a_masking_hook_is_installed() {
+    use futures::StreamExt;
+    let texts = |events: &[AgentEvent]| -> String {
+        events
+            .iter()
+            .map(|e| format!("{e:?}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let model =
+        || ScriptedModel::new([ScriptedTurn::text("your card 4111111111111111 is refunded")]);
+    let config = rein::hooks::HooksConfig {
+        masking: rein::hooks::MaskingConfig {
+            enabled: true,
+            ..rein::hooks::MaskingConfig::default()
+        },
+        latency: rein::hooks::LatencyConfig {
+            enabled: false,
+            ..rein::hooks::LatencyConfig::default()
+        },
+        ..rein::hooks::HooksConfig::default()
+    };
+    let hooks = config.build().unwrap();
+    let agent = hooks
+        .install(crate::support::builder(&model()))
+        .build()
+        .unwrap();
+    let events: Vec<AgentEvent> = agent
+        .stream(vec![Msg::user("hi")], RunContext::new())
+        .collect()
+        .await;
+    let deltas: String = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::TextDelta(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !deltas.contains("4111111111111111") && deltas.contains("***"),
+        "{deltas}"
+    );
+    assert!(
+        !texts(&events).contains("4111111111111111"),
+        "{}",
+        texts(&events)
+    );
+    assert!(matches!(events.last(), Some(AgentEvent::Final(_))));
+    let raw = hooks
+        .install(crate::support::builder(&model()))
+        .build()
+        .unwrap();
+    let events: Vec<AgentEvent> = raw
+        .stream_raw(vec![Msg::user("hi")], RunContext::new())
+        .collect()
+        .await;
+    let deltas: String = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::TextDelta(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        deltas.contains("4111111111111111"),
+        "the opt-out is raw: {deltas}"
+    );
+    let mask = rein::hooks::MaskingHook::new(
+        rein::hooks::MaskingConfig {
+            enabled: true,
+            ..rein::hooks::MaskingConfig::default()
+        },
+        rein::hooks::SensitiveDataMasker::default(),
+    );
+    let direct = mask
+        .install(crate::support::builder(&model()))
+        .build()
+        .unwrap();
+    let events: Vec<AgentEvent> = direct
+        .stream(vec![Msg::user("hi")], RunContext::new())
+        .collect()
+        .await;
+    assert!(
+        !texts(&events).contains("4111111111111111"),
+        "{}",
+        texts(&events)
+    );
+}

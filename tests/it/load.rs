@@ -194,6 +194,9 @@ fn load_tool() -> FunctionTool {
         },
     )
     .with_timeout(Duration::from_millis(50))
+    // Calls are dropped mid-tool on purpose: an idempotent tool is run again by the
+    // session's next call (an at-most-once one would stop it as outcome unknown).
+    .idempotent()
 }
 
 /// The (session, seq) of a call, from its input text `s{session} c{seq} {fault}`.
