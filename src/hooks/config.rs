@@ -63,6 +63,38 @@ pub struct HooksConfig {
     pub approval: ApprovalConfig,
     /// [`TemplateLeakHook`] (priority 190): leaked chat-template markup in a reply.
     pub template_leak: TemplateLeakConfig,
+    /// Per-agent sections, so one file serves several agents: under an agent's name, a
+    /// hook's settings replace the top-level ones **entirely** for that agent (e.g. a
+    /// triage agent without `refund`: `agents: {triage: {tool_guard: {enabled: false},
+    /// approval: {enabled: false}}}`). Apply one with [`HooksConfig::for_agent`]; every
+    /// agent's hooks are then validated against that agent's tools as usual, so a typo
+    /// still fails its build. Default: none.
+    pub agents: std::collections::BTreeMap<String, AgentSection>,
+}
+
+/// The hooks of one agent's section in a [`HooksConfig`] (`agents.<name>`): each key
+/// present replaces the top-level settings of that hook for the agent; absent keys keep
+/// them. The masker is shared by every agent of one file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct AgentSection {
+    /// Replaces `latency` for the agent.
+    pub latency: Option<LatencyConfig>,
+    /// Replaces `masking` for the agent.
+    pub masking: Option<MaskingConfig>,
+    /// Replaces `audit` for the agent.
+    pub audit: Option<AuditConfig>,
+    /// Replaces `self_correction` for the agent.
+    pub self_correction: Option<SelfCorrectionConfig>,
+    /// Replaces `tool_guard` for the agent.
+    pub tool_guard: Option<ToolGuardConfig>,
+    /// Replaces `dynamic_options` for the agent.
+    pub dynamic_options: Option<DynamicOptionsConfig>,
+    /// Replaces `approval` for the agent.
+    pub approval: Option<ApprovalConfig>,
+    /// Replaces `template_leak` for the agent.
+    pub template_leak: Option<TemplateLeakConfig>,
 }
 
 /// What a configuration cannot express: the approver and a custom audit sink.
@@ -220,6 +252,47 @@ fn masker_key(err: &MaskerError) -> String {
 }
 
 impl HooksConfig {
+    /// The configuration of the agent named `agent`: the top level with the hooks of
+    /// its section (`agents.<agent>`) in place of the top-level ones; the top level
+    /// itself when the file has no section for it. Sections do not nest.
+    ///
+    /// ```
+    /// use rein::hooks::HooksConfig;
+    ///
+    /// let config: HooksConfig = serde_yaml_ng::from_str(
+    ///     "tool_guard: {enabled: true, tools: [refund], numeric_caps: {amount: 1000}}\n\
+    ///      agents:\n  triage: {tool_guard: {enabled: false}}\n",
+    /// )?;
+    /// assert!(config.for_agent("service").tool_guard.enabled);
+    /// assert!(!config.for_agent("triage").tool_guard.enabled);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn for_agent(&self, agent: &str) -> HooksConfig {
+        let mut c = self.clone();
+        c.agents.clear();
+        let Some(section) = self.agents.get(agent) else {
+            return c;
+        };
+        macro_rules! take {
+            ($($field:ident),*) => {$(
+                if let Some(v) = &section.$field {
+                    c.$field = v.clone();
+                }
+            )*};
+        }
+        take!(
+            latency,
+            masking,
+            audit,
+            self_correction,
+            tool_guard,
+            dynamic_options,
+            approval,
+            template_leak
+        );
+        c
+    }
+
     /// Builds the enabled hooks with no approver and the configured audit sink.
     ///
     /// # Errors
@@ -309,6 +382,24 @@ impl HooksConfig {
     /// parse (the message carries the parser's line and column, and the unknown or
     /// mistyped key).
     pub fn from_path(path: impl AsRef<Path>) -> Result<Self, BuildError> {
+        Self::from_path_with_vars(path, &|name| std::env::var(name).ok())
+    }
+
+    /// [`HooksConfig::from_path`] with `${NAME}` references resolved by `vars` instead
+    /// of the process environment: how a service sets per-replica values (the audit
+    /// file, an approver's endpoint) in code while one file serves every replica.
+    /// References are substituted in the parsed string values, never in the file's
+    /// text, so a value cannot change the configuration's structure; a whole-value
+    /// reference to a number or a boolean becomes that value.
+    ///
+    /// # Errors
+    /// As [`HooksConfig::from_path`]; a reference `vars` cannot resolve names the
+    /// variable and the key (`at `audit.sink.path`: environment variable `X` is not
+    /// set`).
+    pub fn from_path_with_vars(
+        path: impl AsRef<Path>,
+        vars: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, BuildError> {
         let path = path.as_ref();
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path)
@@ -317,17 +408,84 @@ impl HooksConfig {
             .extension()
             .and_then(|e| e.to_str())
             .map(str::to_ascii_lowercase);
+        if !matches!(ext.as_deref(), Some("json" | "yaml" | "yml" | "toml")) {
+            return Err(BuildError::invalid_config(
+                &shown,
+                "unknown configuration format: use a .json, .yaml, .yml or .toml file",
+            ));
+        }
+        if text.contains("${") {
+            return Self::from_text_with_env(&text, ext.as_deref(), vars)
+                .map_err(|e| BuildError::invalid_config(&shown, e));
+        }
         let parsed = match ext.as_deref() {
             Some("json") => serde_json::from_str(&text).map_err(|e| e.to_string()),
-            Some("yaml" | "yml") => serde_yaml_ng::from_str(&text).map_err(|e| e.to_string()),
             Some("toml") => toml::from_str(&text).map_err(|e| e.to_string()),
-            _ => {
-                return Err(BuildError::invalid_config(
-                    &shown,
-                    "unknown configuration format: use a .json, .yaml, .yml or .toml file",
-                ));
-            }
+            _ => serde_yaml_ng::from_str(&text).map_err(|e| e.to_string()),
         };
         parsed.map_err(|e| BuildError::invalid_config(&shown, e))
     }
+
+    /// A configuration whose string values may name environment variables, `${NAME}`
+    /// (e.g. a per-replica audit file: `path: /var/log/rein/${HOSTNAME}.jsonl`, or an
+    /// approver's endpoint), substituted in the parsed values — never in the file's text,
+    /// so a variable's value cannot change the file's structure. A variable that is not
+    /// set is an error naming it; the typed error names the key path.
+    fn from_text_with_env(
+        text: &str,
+        ext: Option<&str>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
+        let mut value: serde_json::Value = match ext {
+            Some("json") => serde_json::from_str(text).map_err(|e| e.to_string())?,
+            Some("toml") => toml::from_str(text).map_err(|e| e.to_string())?,
+            _ => serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?,
+        };
+        substitute_strings(&mut value, "", env)?;
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            format!("at `{path}`: {}", e.inner())
+        })
+    }
+}
+
+/// Substitutes `${NAME}` in every string of `value` (`at` names where, for errors).
+fn substitute_strings(
+    value: &mut serde_json::Value,
+    at: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), String> {
+    match value {
+        serde_json::Value::String(s) if s.contains("${") => {
+            let done = crate::tool::policy::substitute_env(s, env)
+                .map_err(|e| format!("at `{}`: {e}", if at.is_empty() { "." } else { at }))?;
+            // A whole-value reference to a number or a boolean becomes that value, so
+            // `timeout_ms: ${APPROVAL_TIMEOUT_MS}` works.
+            *value = match serde_json::from_str::<serde_json::Value>(&done) {
+                Ok(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_)))
+                    if s.trim().starts_with("${") && s.trim().ends_with('}') =>
+                {
+                    v
+                }
+                _ => serde_json::Value::String(done),
+            };
+        }
+        serde_json::Value::Array(items) => {
+            for (i, v) in items.iter_mut().enumerate() {
+                substitute_strings(v, &format!("{at}[{i}]"), env)?;
+            }
+        }
+        serde_json::Value::Object(map) => {
+            for (k, v) in map.iter_mut() {
+                let here = if at.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{at}.{k}")
+                };
+                substitute_strings(v, &here, env)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }

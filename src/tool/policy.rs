@@ -21,6 +21,15 @@ use crate::error::{BuildError, BuildErrorKind};
 use crate::strict::{Check, Ctx, NamesRule, Site, SpecError, SpecErrorKind, key_check};
 use crate::tool::mcp_config::McpServerConfig;
 use crate::util::closest;
+
+/// `${NAME}` substitution (the one rule of `tools.json` and the hooks config): the
+/// error says which variable is missing or malformed.
+pub(crate) fn substitute_env(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, String> {
+    servers::substitute(text, env).map_err(|(_, why)| why)
+}
 use servers::Servers;
 
 /// The delegation tool's name (`rein::SPAWN_TOOL`): a non-empty `allow` keeps it.

@@ -260,3 +260,100 @@ fn every_hook_is_inert_when_its_section_is_disabled() {
         Interest::NONE
     );
 }
+
+/// Issue 31 item 13 (per-replica values): string values of a hooks config may name
+/// variables, substituted in the parsed values (never in the text, so a value cannot
+/// change the file's structure); a missing variable fails naming it and the key; a
+/// whole-value reference to a number becomes the number.
+#[test]
+fn per_replica_values_come_from_variables_and_cannot_change_the_structure() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hooks.yaml");
+    let vars = |name: &str| match name {
+        "REPLICA" => Some("replica-7\nmasking: {enabled: false}".to_owned()),
+        "TIMEOUT_MS" => Some("2500".to_owned()),
+        _ => None,
+    };
+    std::fs::write(
+        &path,
+        "audit:\n  enabled: true\n  sink: {type: jsonl, path: \"/tmp/audit-${REPLICA}.jsonl\"}\n\
+         approval:\n  enabled: true\n  mode: stop_for_human\n  guarded_tools: [refund]\n  timeout_ms: \"${TIMEOUT_MS}\"\n\
+         masking:\n  enabled: true\n",
+    )
+    .unwrap();
+    let c = rein::hooks::HooksConfig::from_path_with_vars(&path, &vars).unwrap();
+    assert!(c.masking.enabled, "a value cannot change the structure");
+    assert_eq!(c.approval.timeout_ms, 2500);
+    let rein::hooks::AuditSinkConfig::Jsonl { path: audit, .. } = &c.audit.sink else {
+        panic!("jsonl sink");
+    };
+    assert_eq!(
+        audit,
+        std::path::Path::new("/tmp/audit-replica-7\nmasking: {enabled: false}.jsonl")
+    );
+    std::fs::write(
+        &path,
+        "audit:\n  enabled: true\n  sink: {type: jsonl, path: \"${NOT_SET}\"}\n",
+    )
+    .unwrap();
+    let err = rein::hooks::HooksConfig::from_path_with_vars(&path, &vars).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("NOT_SET") && text.contains("audit.sink.path"),
+        "{text}"
+    );
+}
+
+/// Issue 31 item 13: one hooks config serves several agents. The triage agent (no
+/// `refund`) builds from the service's file through its section; typo detection holds
+/// for every agent; without the section the triage build fails as before.
+#[test]
+fn one_hooks_config_serves_several_agents_through_per_agent_sections() {
+    let yaml = "tool_guard: {enabled: true, tools: [refund], numeric_caps: {amount: 1000}}\n\
+                approval: {enabled: true, mode: stop_for_human, guarded_tools: [refund]}\n\
+                agents:\n  triage: {tool_guard: {enabled: false}, approval: {enabled: false}}\n";
+    let config: rein::hooks::HooksConfig = serde_yaml_ng::from_str(yaml).unwrap();
+    let tool = |name: &str| {
+        FunctionTool::new(
+            name,
+            "t",
+            json!({"type": "object", "properties": {"amount": {"type": "number"}}}),
+            |_| async { Ok(String::new()) },
+        )
+    };
+    let model = ScriptedModel::new([]);
+    let service = config
+        .for_agent("service")
+        .build()
+        .unwrap()
+        .install(builder_with_tools(&model, vec![tool("refund")]).name("service"))
+        .build()
+        .unwrap();
+    assert!(service.hook_names().iter().any(|h| h == "ToolGuardHook"));
+    let triage = config
+        .for_agent("triage")
+        .build()
+        .unwrap()
+        .install(builder_with_tools(&model, vec![tool("lookup")]).name("triage"))
+        .build()
+        .unwrap();
+    assert!(
+        !triage
+            .hook_names()
+            .iter()
+            .any(|h| h == "ToolGuardHook" || h == "ApprovalHook")
+    );
+    // Without its section the triage agent cannot reuse the file (typo detection).
+    let err = config
+        .for_agent("nobody")
+        .build()
+        .unwrap()
+        .install(builder_with_tools(&model, vec![tool("lookup")]))
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("refund"), "{err}");
+    // An unknown key inside a section is refused like anywhere else.
+    let bad = "agents:\n  triage: {tool_gaurd: {enabled: false}}\n";
+    let e = serde_yaml_ng::from_str::<rein::hooks::HooksConfig>(bad).unwrap_err();
+    assert!(e.to_string().contains("tool_gaurd"), "{e}");
+}
