@@ -68,6 +68,8 @@ pub(crate) trait Delegating: Send + Sync {
     fn listing(&self) -> Vec<(String, String)>;
     /// Forgets the conversations children held for the parent session `key`.
     fn forget_children(&self, key: &SessionKey);
+    /// The child `id`, built as a delegation to it would (for inspection).
+    fn built_child(&self, id: &str) -> Result<super::Agent, String>;
 }
 
 /// What the delegation layer set on a builder.

@@ -419,6 +419,40 @@ impl Agent {
         }
     }
 
+    /// The declared subagent `id` as a delegation to it would run it — built with its
+    /// bound, hooks and tools (or the instance already built) — to inspect it, e.g. its
+    /// effective tools with [`Agent::tool_names`]. `None` when this agent cannot
+    /// delegate to `id` (no such subagent, or its declaration is invalid: the text says
+    /// why).
+    ///
+    /// # Errors
+    /// The text a delegation would get: an unknown id (listing the known ones) or an
+    /// invalid declaration.
+    pub fn subagent(&self, id: &str) -> Result<Agent, String> {
+        match &self.inner.delegation {
+            Some(d) => d.built_child(id),
+            None => Err(format!(
+                "agent `{}` delegates to no subagent",
+                self.inner.info.name
+            )),
+        }
+    }
+
+    /// The effective tools of this agent and of every declared subagent, as
+    /// `(agent path, tool names)`: this agent's first (`name`), then each subagent's
+    /// (`name/id`), in the order [`Agent::subagents`] lists them — what each can call
+    /// after every bound (allowlists, `tools.json`, hook-tool filters). A subagent whose
+    /// declaration is invalid is listed with its error instead of tools.
+    pub fn effective_tools(&self) -> Vec<(String, Result<Vec<String>, String>)> {
+        let me = self.inner.info.name.clone();
+        let mut out = vec![(me.clone(), Ok(self.tool_names().to_vec()))];
+        for (id, _) in self.subagents() {
+            let tools = self.subagent(&id).map(|a| a.tool_names().to_vec());
+            out.push((format!("{me}/{id}"), tools));
+        }
+        out
+    }
+
     /// The agent's identity.
     pub fn info(&self) -> &AgentInfo {
         &self.inner.info

@@ -202,6 +202,12 @@ impl Delegation {
     }
 
     /// The child for `id`, built on first use and rebuilt when its file changed.
+    /// The child `id`, built (or reused) exactly as a delegation to it would: for
+    /// [`Agent::subagent`](crate::Agent::subagent).
+    pub(crate) fn built_child(&self, id: &str) -> Result<Agent, ToolError> {
+        self.child(id)
+    }
+
     fn child(&self, id: &str) -> Result<Agent, ToolError> {
         let declared = match self.registry.lookup(id) {
             Some(Ok(d)) => d,

@@ -131,6 +131,10 @@ impl PreparedDelegation for Prepared {
 }
 
 impl Delegating for Delegation {
+    fn built_child(&self, id: &str) -> Result<crate::Agent, String> {
+        Delegation::built_child(self, id).map_err(|e| e.to_string())
+    }
+
     fn schemas(&self, base: &[ToolSchema]) -> Vec<ToolSchema> {
         Delegation::schemas(self, base)
     }

@@ -706,3 +706,34 @@ async fn the_agents_own_stream_is_masked_when_a_masking_hook_is_installed() {
         texts(&events)
     );
 }
+
+/// The effective tools of an agent and of each declared subagent, after every bound.
+#[test]
+fn the_effective_tools_of_an_agent_and_each_subagent_are_listed() {
+    let tool = |name: &str| {
+        FunctionTool::new(
+            name,
+            "t",
+            serde_json::json!({"type": "object"}),
+            |_| async { Ok(String::new()) },
+        )
+    };
+    let model = ScriptedModel::new([]);
+    let agent = crate::support::builder_with_tools(&model, vec![tool("lookup"), tool("refund")])
+        .name("root")
+        .subagent(crate::subagents::decl("billing", &["refund"]))
+        .subagent(crate::subagents::decl("reader", &["lookup"]))
+        .build()
+        .unwrap();
+    let listed = agent.effective_tools();
+    assert_eq!(listed[0].0, "root");
+    assert_eq!(
+        listed[0].1.as_ref().unwrap(),
+        &vec!["lookup".to_owned(), "refund".into(), SPAWN_TOOL.into()]
+    );
+    let billing = listed.iter().find(|(p, _)| p == "root/billing").unwrap();
+    assert_eq!(billing.1.as_ref().unwrap(), &vec!["refund".to_owned()]);
+    let reader = listed.iter().find(|(p, _)| p == "root/reader").unwrap();
+    assert_eq!(reader.1.as_ref().unwrap(), &vec!["lookup".to_owned()]);
+    assert!(agent.subagent("nobody").is_err());
+}
