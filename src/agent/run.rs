@@ -379,35 +379,17 @@ impl Call<'_> {
         if !input.is_empty() && memory.journaling() {
             let journaled = memory.journaled_pending().map_err(Error::store)?;
             if !journaled.is_empty() {
-                match self.act(memory, journaled).await? {
-                    Acted::Continue => {}
-                    Acted::Stopped(msg) => {
-                        return self.finish(msg, StopReason::ActingStopped).await;
-                    }
-                    Acted::Suspended(msg) => {
-                        memory.disarm();
-                        return self.finish(msg, StopReason::SubagentStopped).await;
-                    }
-                    Acted::Blocked(msg, reason) => {
-                        memory.disarm();
-                        return self.finish(msg, reason).await;
-                    }
+                let acted = self.act(memory, journaled).await?;
+                if let Some(end) = self.end_of_call(memory, acted).await {
+                    return end;
                 }
             }
         }
         let resume = self.admit_input(memory, input)?;
         if let Some(batch) = resume {
-            match self.act(memory, batch).await? {
-                Acted::Continue => {}
-                Acted::Stopped(msg) => return self.finish(msg, StopReason::ActingStopped).await,
-                Acted::Suspended(msg) => {
-                    memory.disarm();
-                    return self.finish(msg, StopReason::SubagentStopped).await;
-                }
-                Acted::Blocked(msg, reason) => {
-                    memory.disarm();
-                    return self.finish(msg, reason).await;
-                }
+            let acted = self.act(memory, batch).await?;
+            if let Some(end) = self.end_of_call(memory, acted).await {
+                return end;
             }
         }
 
@@ -477,20 +459,35 @@ impl Call<'_> {
                 continue;
             }
             memory.push(msg);
-            match self.act(memory, uses).await? {
-                Acted::Continue => {}
-                Acted::Stopped(msg) => return self.finish(msg, StopReason::ActingStopped).await,
-                Acted::Suspended(msg) => {
-                    memory.disarm();
-                    return self.finish(msg, StopReason::SubagentStopped).await;
-                }
-                Acted::Blocked(msg, reason) => {
-                    memory.disarm();
-                    return self.finish(msg, reason).await;
-                }
+            let acted = self.act(memory, uses).await?;
+            if let Some(end) = self.end_of_call(memory, acted).await {
+                return end;
             }
             iteration += 1;
         }
+    }
+
+    /// The call's outcome when an acting step ends it (a hook stopped, a subagent or a
+    /// human is waited for), or `None` when the loop goes on. Calls left pending on
+    /// purpose are not repaired.
+    async fn end_of_call(
+        &mut self,
+        memory: &mut CallMemory,
+        acted: Acted,
+    ) -> Option<Result<CallOutcome, Error>> {
+        let (msg, reason) = match acted {
+            Acted::Continue => return None,
+            Acted::Stopped(msg) => (msg, StopReason::ActingStopped),
+            Acted::Suspended(msg) => {
+                memory.disarm();
+                (msg, StopReason::SubagentStopped)
+            }
+            Acted::Blocked(msg, reason) => {
+                memory.disarm();
+                (msg, reason)
+            }
+        };
+        Some(self.finish(msg, reason).await)
     }
 
     /// The options a reasoning or summary request starts from: the agent's, with the

@@ -314,22 +314,35 @@ async fn effect_worker() {
     println!("POINTS {}", POINTS.load(Ordering::SeqCst));
 }
 
+/// The command of a worker process.
+fn worker_command(
+    engine: &str,
+    at: &str,
+    log: &str,
+    s: &str,
+    mode: &str,
+    kill_at: usize,
+) -> std::process::Command {
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "exactly_once_crash::effect_worker",
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("REIN_EFFECT_MODE", mode)
+    .env("REIN_EFFECT_ENGINE", engine)
+    .env("REIN_EFFECT_WHERE", at)
+    .env("REIN_EFFECT_LOG", log)
+    .env("REIN_EFFECT_SESSION", s)
+    .env("REIN_EFFECT_KILL_AT", kill_at.to_string());
+    c
+}
+
 /// Runs a worker; returns its stdout (the process may have been killed).
 fn worker(engine: &str, at: &str, log: &str, s: &str, mode: &str, kill_at: usize) -> String {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "exactly_once_crash::effect_worker",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("REIN_EFFECT_MODE", mode)
-        .env("REIN_EFFECT_ENGINE", engine)
-        .env("REIN_EFFECT_WHERE", at)
-        .env("REIN_EFFECT_LOG", log)
-        .env("REIN_EFFECT_SESSION", s)
-        .env("REIN_EFFECT_KILL_AT", kill_at.to_string())
+    let out = worker_command(engine, at, log, s, mode, kill_at)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -467,22 +480,9 @@ async fn run_engine<S: SessionStore>(engine: &str, at: &str, store: S) {
     assert_eq!(c.kills, kills);
 }
 
-/// Starts a worker; the caller kills it.
+/// Starts a worker (with a slow tool); the caller kills it.
 fn spawn_worker(engine: &str, at: &str, log: &str, s: &str, mode: &str) -> std::process::Child {
-    std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "exactly_once_crash::effect_worker",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("REIN_EFFECT_MODE", mode)
-        .env("REIN_EFFECT_ENGINE", engine)
-        .env("REIN_EFFECT_WHERE", at)
-        .env("REIN_EFFECT_LOG", log)
-        .env("REIN_EFFECT_SESSION", s)
-        .env("REIN_EFFECT_KILL_AT", "0")
+    worker_command(engine, at, log, s, mode, 0)
         .env("REIN_EFFECT_SLOW_MS", "40")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -649,13 +649,7 @@ async fn the_agents_own_stream_is_masked_when_a_masking_hook_is_installed() {
         .stream(vec![Msg::user("hi")], RunContext::new())
         .collect()
         .await;
-    let deltas: String = events
-        .iter()
-        .filter_map(|e| match e {
-            AgentEvent::TextDelta(t) => Some(t.as_str()),
-            _ => None,
-        })
-        .collect();
+    let deltas = text_deltas(&events);
     assert!(
         !deltas.contains("4111111111111111") && deltas.contains("***"),
         "{deltas}"
@@ -674,13 +668,7 @@ async fn the_agents_own_stream_is_masked_when_a_masking_hook_is_installed() {
         .stream_raw(vec![Msg::user("hi")], RunContext::new())
         .collect()
         .await;
-    let deltas: String = events
-        .iter()
-        .filter_map(|e| match e {
-            AgentEvent::TextDelta(t) => Some(t.as_str()),
-            _ => None,
-        })
-        .collect();
+    let deltas = text_deltas(&events);
     assert!(
         deltas.contains("4111111111111111"),
         "the opt-out is raw: {deltas}"
@@ -736,4 +724,15 @@ fn the_effective_tools_of_an_agent_and_each_subagent_are_listed() {
     let reader = listed.iter().find(|(p, _)| p == "root/reader").unwrap();
     assert_eq!(reader.1.as_ref().unwrap(), &vec!["lookup".to_owned()]);
     assert!(agent.subagent("nobody").is_err());
+}
+
+/// The text deltas of a stream, joined.
+fn text_deltas(events: &[AgentEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::TextDelta(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect()
 }
