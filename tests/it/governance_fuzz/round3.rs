@@ -401,3 +401,133 @@ fn no_reason_trail_entry_result_or_log_quotes_personal_data_from_a_capped_argume
         panic!("{e}");
     }
 }
+
+/// A structured answer with personal data in random fields: under masking the program
+/// gets exactly the value the model gave (never re-asked), and the reply's text shows
+/// none of the data the masker detects.
+async fn typed_case(card: String, id: u64, note: String) -> Result<(), TestCaseError> {
+    #[derive(serde::Deserialize, schemars::JsonSchema, Debug)]
+    struct Answer {
+        id: u64,
+        card: String,
+        note: String,
+    }
+    let answer = json!({"id": id, "card": card, "note": note}).to_string();
+    let model = ScriptedModel::new([ScriptedTurn::text(answer)]);
+    let masker = SensitiveDataMasker::default();
+    let masking = rein::hooks::MaskingHook::new(
+        rein::hooks::MaskingConfig {
+            enabled: true,
+            ..rein::hooks::MaskingConfig::default()
+        },
+        masker.clone(),
+    );
+    let agent = builder(&model).hook(masking).build().unwrap();
+    let typed = agent
+        .run_typed::<Answer>(vec![Msg::user("answer")], RunContext::new())
+        .await;
+    checked(3);
+    let typed = match typed {
+        Ok(t) => t,
+        Err(e) => return Err(TestCaseError::fail(format!("a valid answer failed: {e}"))),
+    };
+    prop_assert_eq!(typed.reasks, 0);
+    prop_assert_eq!(typed.value.id, id);
+    prop_assert_eq!(&typed.value.card, &card);
+    let text = typed.outcome.reply.text();
+    prop_assert!(
+        masker.find(&text).is_empty(),
+        "the reply's text is masked: {}",
+        text
+    );
+    Ok(())
+}
+
+#[test]
+fn typed_answers_under_masking_decode_as_given_and_their_text_is_masked() {
+    let strategy = (
+        prop::sample::select(vec![
+            "4111111111111111",
+            "4111 1111 1111 1111",
+            "5500005555555559",
+        ]),
+        prop_oneof![Just(4_111_111_111_111_111u64), 0u64..1_000_000],
+        prop::sample::select(vec![
+            "call +44 20 7946 0958",
+            "mail alice@example.com",
+            "fine",
+        ]),
+    );
+    let result = runner().run(&strategy, |(card, id, note)| {
+        block_on(typed_case(card.to_owned(), id, note.to_owned()))
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// Stop-for-human after a cap: with a random cap and a random approval threshold, a
+/// request for a random amount stops exactly when the capped amount needs approval;
+/// the stop lists the capped call, and approving it runs exactly that amount.
+async fn capped_stop_case(cap: u32, threshold: u32, asked: u32) -> Result<(), TestCaseError> {
+    let log = Log::default();
+    let yaml = format!(
+        "tool_guard: {{enabled: true, tools: [transfer], numeric_caps: {{amount: {cap}}}}}\n\
+         approval: {{enabled: true, mode: stop_for_human, guarded_tools: [transfer], \
+         when: {{transfer: {{path: /amount, gt: {threshold}}}}}}}\n\
+         latency: {{enabled: false}}\n"
+    );
+    let config: rein::hooks::HooksConfig = serde_yaml_ng::from_str(&yaml).unwrap();
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("transfer", json!({"amount": asked})),
+        ScriptedTurn::text("done"),
+        ScriptedTurn::text("done"),
+    ]);
+    let agent = config
+        .build()
+        .unwrap()
+        .install(builder(&model).toolkit(toolkit_with(vec![transfer(&log)])))
+        .build()
+        .unwrap();
+    let out = agent
+        .run(vec![Msg::user("pay")], session("c"))
+        .await
+        .unwrap();
+    let would_run = asked.min(cap);
+    let needs = would_run > threshold;
+    checked(2);
+    prop_assert_eq!(
+        out.reason == StopReason::ReasoningStopped,
+        needs,
+        "{:?}",
+        out.reason
+    );
+    if needs {
+        let waiting = rein::hooks::pending_approvals(&out.reply);
+        prop_assert_eq!(waiting.len(), 1);
+        prop_assert_eq!(&waiting[0].input["amount"], &json!(would_run));
+        prop_assert!(log.entries().is_empty(), "nothing ran before the decision");
+        agent
+            .resume(
+                &key("c"),
+                agent::ApprovalDecisions::new().approve_call(&waiting[0]),
+            )
+            .await
+            .unwrap();
+    }
+    let ran = log.entries();
+    checked(1);
+    prop_assert_eq!(ran.len(), 1, "{:?}", ran);
+    Ok(())
+}
+
+#[test]
+fn stop_for_human_after_a_cap_decides_on_the_call_that_would_run() {
+    let strategy = (1u32..2000, 0u32..2000, 0u32..4000);
+    let result = runner().run(&strategy, |(cap, threshold, asked)| {
+        block_on(capped_stop_case(cap, threshold, asked))
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
