@@ -299,7 +299,7 @@ fn build(
             content: case.content,
             obs: Arc::clone(obs),
             // Both ways, across cases.
-            via_hook: case.decls.len() % 2 == 0,
+            via_hook: case.decls.len().is_multiple_of(2),
         });
     }
     (b.build().unwrap(), mask)

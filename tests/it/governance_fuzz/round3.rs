@@ -434,6 +434,7 @@ async fn typed_case(card: String, id: u64, note: String) -> Result<(), TestCaseE
     prop_assert_eq!(typed.reasks, 0);
     prop_assert_eq!(typed.value.id, id);
     prop_assert_eq!(&typed.value.card, &card);
+    prop_assert_eq!(&typed.value.note, &note);
     let text = typed.outcome.reply.text();
     prop_assert!(
         masker.find(&text).is_empty(),
