@@ -61,7 +61,9 @@ fn effect(log: &str, line: &str) {
         .append(true)
         .open(log)
         .unwrap();
-    writeln!(f, "{line}").unwrap();
+    // One write call per line: replicas append to this file at once (O_APPEND keeps a
+    // single write whole; `writeln!` would write the pieces separately and interleave).
+    f.write_all(format!("{line}\n").as_bytes()).unwrap();
     f.sync_all().unwrap();
 }
 
@@ -534,6 +536,10 @@ async fn random_kills_under_load<S: SessionStore>(engine: &str, at: &str, store:
             child.wait().unwrap();
         }
         for s in &names {
+            let before = store
+                .load(&key(s))
+                .await
+                .map(|st| format!("{:?}", st.messages));
             let second = worker(engine, at, &log, s, "approve", 0);
             if outcome(&second).as_deref() == Some("outcome_unknown") {
                 unknown += 1;
@@ -556,7 +562,12 @@ async fn random_kills_under_load<S: SessionStore>(engine: &str, at: &str, store:
                 .lines()
                 .filter(|l| l.starts_with("REFUND") && rein_key_session(l) == session_digest(s))
                 .count();
-            assert_eq!(refunds, 1, "{s}: the refund ran exactly once");
+            assert_eq!(
+                refunds,
+                1,
+                "{s}: the refund ran exactly once; second replica: {:?}; stored before it: {before:?}",
+                outcome(&second)
+            );
             let stored = store.load(&key(s)).await.unwrap();
             assert_memory_valid(&stored.messages);
             assert_eq!(stored.messages.last().unwrap().text(), "done", "{s}");
