@@ -154,7 +154,22 @@ pub fn tools_json(data: &[u8]) {
     for name in &policy.deny {
         assert!(!policy.permits(name, "agent_spawn"), "deny wins");
     }
-    let rendered = serde_json::json!({"allow": policy.allow, "deny": policy.deny}).to_string();
+    // Entries written `?name` (may match no tool) keep their marker.
+    let marked = |names: &[String]| -> Vec<String> {
+        names
+            .iter()
+            .map(|n| {
+                if policy.optional.contains(n) {
+                    format!("?{n}")
+                } else {
+                    n.clone()
+                }
+            })
+            .collect()
+    };
+    let rendered =
+        serde_json::json!({"allow": marked(&policy.allow), "deny": marked(&policy.deny)})
+            .to_string();
     let reparsed = ToolsPolicy::parse(file, &rendered)
         .unwrap_or_else(|e| panic!("an accepted policy re-renders to an invalid one: {e}"));
     assert_eq!(reparsed, policy);
