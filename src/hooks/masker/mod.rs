@@ -529,9 +529,9 @@ impl SensitiveDataMasker {
     ///
     /// `n` is just after the last *hard boundary*: a character that can neither be part of
     /// nor change the judgement of a match — anything except ASCII letters and digits,
-    /// `. _ % + - @ ( )`, full-width digits and letters, and a space that follows an ASCII
-    /// digit, an ASCII upper-case letter or `)` (it may separate the groups of a number or
-    /// an IBAN). Returns 0 when there is none (one long token), and
+    /// `. _ % + - @ ( )`, full-width digits and letters, the separators read through for
+    /// detection, and a space that follows an ASCII or full-width digit or upper-case
+    /// letter, `)` or such a separator (it may separate the groups of a number or an IBAN). Returns 0 when there is none (one long token), and
     /// `text.len()` when `text` ends with a hard boundary. The carry-over can grow without
     /// bound on text without boundaries (a long URL), so callers should cap it and flush.
     /// Extra patterns are not considered: a pattern that can match across a hard boundary
@@ -662,7 +662,15 @@ pub(crate) fn is_soft(c: char, prev: impl FnOnce() -> Option<char>) -> bool {
         // The separators read through for detection may continue a number.
         || normalise::is_normalised(c)
         || (c == ' '
-            && prev().is_some_and(|p| p.is_ascii_digit() || p.is_ascii_uppercase() || p == ')'))
+            && prev().is_some_and(|p| {
+                p.is_ascii_digit()
+                    || p.is_ascii_uppercase()
+                    || p == ')'
+                    // Full-width digits and letters, and the separators read through,
+                    // may be followed by the space between two groups of one number.
+                    || matches!(p, '０'..='９' | 'Ａ'..='Ｚ')
+                    || normalise::is_normalised(p)
+            }))
 }
 
 /// Maximum number of groups in a separated Chinese mobile or card number, for the

@@ -622,3 +622,13 @@ fn the_word_at_a_time_trigger_search_agrees_with_a_byte_at_a_time_search() {
         }
     }
 }
+
+#[test]
+fn a_space_after_a_full_width_digit_does_not_end_a_streamable_prefix() {
+    let m = SensitiveDataMasker::default();
+    let text =
+        " -+8600130013@001311010559\n.11010511010580001101058000993.08000@+3３ 910013110105０";
+    let n = m.stable_prefix_len(text);
+    let streamed = format!("{}{}", m.mask(&text[..n]), m.mask(&text[n..]));
+    assert_eq!(streamed, m.mask(text), "split at {n}");
+}
