@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::Value;
 
-use super::memory::pending_tool_uses;
+use super::history::pending_tool_uses;
 use crate::message::{Msg, ToolUse};
 
 /// What an approver decided about one tool call.

@@ -121,9 +121,9 @@ fn check_input_exchanges(
         })
         .filter(|m| !m.content.is_empty())
         .collect();
-    super::memory::check_history(&rest)
+    super::history::check_history(&rest)
         .map_err(|e| Error::invalid_input(format!("call input is not a valid history: {e}")))?;
-    if let Some(u) = super::memory::pending_tool_uses(&rest).first() {
+    if let Some(u) = super::history::pending_tool_uses(&rest).first() {
         return Err(Error::invalid_input(format!(
             "call input has tool call `{}` ({}) without a result; give every tool call in \
              the input its result (pending calls are resumed with an empty input instead)",

@@ -1,13 +1,13 @@
 //! Conversation memory: one message list per (user, session), serialized per session;
 //! an idle one is packed into a byte buffer ([`Packed`]) and unpacked before any use.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
 use tokio::sync::OwnedMutexGuard;
 
 use super::approvals::ApprovalDecisions;
+use super::history::{check_history, pending_tool_uses, repair, started_bit};
 use super::lease::HeldLease;
 use super::packed::Packed;
 use super::store::{DynSessionStore, StoreError, StoreErrorKind};
@@ -325,7 +325,8 @@ const DROPPED: &str = "not executed: the call was cancelled before this tool ran
 /// Result text for a started tool whose call was cancelled or failed before its result
 /// was recorded, on an agent without a store (with a store the call stays pending in the
 /// journal and is surfaced as outcome-unknown).
-pub(crate) const INTERRUPTED: &str = "outcome unknown: the tool was started, but the call was      cancelled or failed before its result was recorded; it may or may not have taken effect";
+pub(crate) const INTERRUPTED: &str = "outcome unknown: the tool was started, but the call was \
+     cancelled or failed before its result was recorded; it may or may not have taken effect";
 
 impl CallMemory {
     pub(crate) fn new(
@@ -629,123 +630,3 @@ impl Drop for CallMemory {
         }
     }
 }
-
-/// Checks a history for import: no system messages; tool results follow their uses
-/// directly (only tool-result messages while uses are open); each use has at most one
-/// result; uses left open are allowed only at the very end (they are then pending).
-pub(crate) fn check_history(messages: &[Msg]) -> Result<(), String> {
-    let mut open: HashSet<&str> = HashSet::new();
-    let mut seen: HashSet<&str> = HashSet::new();
-    for (i, m) in messages.iter().enumerate() {
-        if m.role == Role::System {
-            return Err(format!("message {i} has the System role"));
-        }
-        let results = m.tool_results();
-        if !open.is_empty() && results.is_empty() {
-            return Err(format!(
-                "message {i} comes before the results of tool calls {:?}",
-                open.iter().collect::<Vec<_>>()
-            ));
-        }
-        for r in results {
-            if !open.remove(r.id.as_str()) {
-                return Err(format!(
-                    "message {i} has a result for tool call `{}` with no open tool use",
-                    r.id
-                ));
-            }
-        }
-        for u in m.tool_uses() {
-            if !seen.insert(u.id.as_str()) {
-                return Err(format!("message {i} repeats tool call id `{}`", u.id));
-            }
-            open.insert(u.id.as_str());
-        }
-        super::journal::check(m, i)?;
-    }
-    Ok(())
-}
-
-pub(crate) fn pending_tool_uses(messages: &[Msg]) -> Vec<ToolUse> {
-    let Some(pos) = messages.iter().rposition(|m| m.role == Role::Assistant) else {
-        return Vec::new();
-    };
-    let uses = messages[pos].tool_uses();
-    if uses.is_empty() {
-        return Vec::new();
-    }
-    let answered: HashSet<&str> = messages[pos + 1..]
-        .iter()
-        .flat_map(|m| m.tool_results())
-        .map(|r| r.id.as_str())
-        .collect();
-    uses.into_iter()
-        .filter(|u| !answered.contains(u.id.as_str()))
-        .cloned()
-        .collect()
-}
-
-/// The bit of tool-use position `p` in a started mask (unknown positions and those
-/// past 62 share bit 63, so they count as started: the safe side).
-fn started_bit(position: Option<usize>) -> u64 {
-    match position {
-        Some(p) if p < 63 => 1 << p,
-        _ => 1 << 63,
-    }
-}
-
-fn repair(messages: &mut Vec<Msg>, text: &str, started: u64) {
-    let mut pending = pending_tool_uses(messages);
-    if pending.is_empty() {
-        return;
-    }
-    let positions: Vec<(String, u64)> =
-        match messages.iter().rev().find(|m| m.role == Role::Assistant) {
-            Some(m) => m
-                .tool_uses()
-                .iter()
-                .enumerate()
-                .map(|(p, u)| (u.id.clone(), started_bit(Some(p))))
-                .collect(),
-            None => Vec::new(),
-        };
-    let was_started = |id: &str| {
-        positions
-            .iter()
-            .any(|(u, bit)| u == id && started & bit != 0)
-    };
-    let mut ran: Vec<String> = Vec::new();
-    if let Some(last) = messages.iter().rev().find(|m| m.role == Role::Assistant)
-        && last.metadata.contains_key(super::journal::JOURNAL_KEY)
-    {
-        // A started call whose outcome is unknown stays pending: the next call on the
-        // session surfaces it. A settled one ran: its result is withheld (the hooks
-        // never accepted it), and it is not called "not executed".
-        pending.retain(|u| match super::journal::entry(last, &u.id) {
-            Ok(Some(e)) if e.state == super::journal::State::Settled => {
-                ran.push(u.id.clone());
-                true
-            }
-            Ok(Some(_)) => false,
-            _ => true,
-        });
-    }
-    if pending.is_empty() {
-        return;
-    }
-    let results = pending.into_iter().map(|u| {
-        let text = if ran.contains(&u.id) {
-            SETTLED_UNACCEPTED
-        } else if was_started(&u.id) {
-            INTERRUPTED
-        } else {
-            text
-        };
-        ToolResult::error(u.id, u.name, text)
-    });
-    messages.push(Msg::tool(results).synthetic());
-}
-
-/// Result text for a journaled call whose tool ran and settled, in a call that then
-/// failed or was cancelled before the hooks accepted the result.
-const SETTLED_UNACCEPTED: &str = "the tool ran once and its result was recorded in the effect      journal, but the call failed or was cancelled before the result was accepted; it is not      run again";

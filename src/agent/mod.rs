@@ -60,8 +60,10 @@ mod builder;
 mod config;
 mod delegation;
 mod effects;
+mod execute;
 mod file_store;
 mod fire;
+mod history;
 mod input;
 mod journal;
 mod lease;
@@ -87,12 +89,12 @@ pub use crate::context::{AgentInfo, Extensions, RunContext, StopReason};
 pub use acting::MAX_PRE_ACTING_PASSES;
 pub use approvals::{ApprovalDecision, ApprovalDecisions};
 pub use file_store::FileSessionStore;
+pub(crate) use history::pending_tool_uses;
 pub use journal::JOURNAL_KEY;
 pub use lease::{Lease, LeaseConfig, SessionLeases};
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) use lease::{acquire_polling, ttl_millis};
 pub use memory::SessionKey;
-pub(crate) use memory::pending_tool_uses;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) use store::next_version;
 pub use store::{InMemorySessionStore, SessionStore, StoreError, StoreErrorKind, StoredSession};
@@ -523,7 +525,7 @@ impl Agent {
     /// marks as not executed); [`ErrorKind::Store`] when a
     /// configured store cannot load the session (its version is needed to replace it).
     pub async fn set_messages(&self, key: &SessionKey, messages: Vec<Msg>) -> Result<(), Error> {
-        memory::check_history(&messages).map_err(Error::invalid_input)?;
+        history::check_history(&messages).map_err(Error::invalid_input)?;
         let slot = self.inner.sessions.slot(key);
         let mut conv = slot.lock().await;
         self.inner.sessions.touch(&slot, &mut conv);

@@ -410,7 +410,7 @@ impl Call<'_> {
             if let Some(ids) = model_ids
                 && msg.has_tool_uses()
             {
-                reid_repeated(&mut msg, &ids, memory.messages());
+                super::history::reid_repeated(&mut msg, &ids, memory.messages());
             }
             if goto.is_none() {
                 self.release(&msg);
@@ -548,63 +548,6 @@ impl Call<'_> {
             usage: self.last_usage,
             iteration,
         }) => { message, goto, retract, stop }))
-    }
-}
-
-/// Gives a fresh runtime id to every tool use of `msg` whose id the session already
-/// used (or that repeats within `msg`): a hook that re-issues an earlier call ("retry
-/// the refund") gets a new call, which no earlier decision or journal entry covers,
-/// and memory stays loadable. `model_ids` are the ids the runtime gave the model's
-/// turn (unique): the history is scanned only when a hook put in another id.
-fn reid_repeated(msg: &mut Msg, model_ids: &[String], history: &[Msg]) {
-    let mut seen: Option<HashSet<String>> = None;
-    let mut mine: HashSet<String> = HashSet::new();
-    let mut renamed: Vec<(String, String)> = Vec::new();
-    for block in &mut msg.content {
-        let ContentBlock::ToolUse(u) = block else {
-            continue;
-        };
-        let repeated_here = !mine.insert(u.id.clone());
-        let used = repeated_here
-            || (!model_ids.contains(&u.id) && {
-                let seen = seen.get_or_insert_with(|| {
-                    history
-                        .iter()
-                        .flat_map(|m| m.tool_uses())
-                        .map(|t| t.id.clone())
-                        .collect()
-                });
-                seen.contains(&u.id)
-            });
-        if used {
-            let fresh = crate::util::new_id("call");
-            tracing::warn!(
-                tool = %u.name,
-                id = %u.id,
-                new_id = %fresh,
-                "a tool call reused an id the session already has; it runs under a new id"
-            );
-            renamed.push((std::mem::replace(&mut u.id, fresh.clone()), fresh.clone()));
-            mine.insert(fresh);
-        }
-    }
-    // A stop for approval listed the calls under their old ids.
-    for (old, new) in renamed {
-        for k in [super::PENDING_CALL_IDS_KEY, super::PENDING_CALLS_KEY] {
-            if let Some(serde_json::Value::Array(items)) = msg.metadata.get_mut(k) {
-                for item in items {
-                    let slot = match item {
-                        serde_json::Value::Object(o) => o.get_mut("id"),
-                        other => Some(other),
-                    };
-                    if let Some(v) = slot
-                        && v.as_str() == Some(old.as_str())
-                    {
-                        *v = serde_json::Value::String(new.clone());
-                    }
-                }
-            }
-        }
     }
 }
 
