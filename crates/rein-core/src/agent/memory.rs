@@ -1,0 +1,588 @@
+//! Conversation memory: one message list per (user, session), serialized per session;
+//! an idle one is packed into a byte buffer ([`Packed`]) and unpacked before any use.
+
+use std::sync::Arc;
+
+use tokio::sync::OwnedMutexGuard;
+
+use super::approvals::ApprovalDecisions;
+use super::history::{check_history, pending_tool_uses, repair, started_bit};
+use super::leasing::HeldLease;
+use super::packed::Packed;
+use crate::store::{DynSessionStore, SessionKey, StoreError, StoreErrorKind};
+
+use crate::message::{ContentBlock, Msg, Role, ToolResult, ToolUse};
+
+/// One conversation as held in memory.
+#[derive(Debug, Default)]
+pub(crate) struct Conversation {
+    /// Shared copy-on-write: model requests hold a reference instead of a copy; a
+    /// mutation copies only if a request still holds it.
+    pub(crate) messages: Arc<Vec<Msg>>,
+    /// `messages` mirror the store (or there is no store). Cleared by a save conflict:
+    /// the next call reloads.
+    pub(crate) loaded: bool,
+    /// The store version `messages` were loaded at or last saved as.
+    pub(crate) version: u64,
+    /// `messages` may differ from what the store holds: set when a call starts,
+    /// cleared by a successful save.
+    pub(crate) dirty: bool,
+    /// The conversation, packed while idle
+    /// ([`Sessions::touch`](super::sessions::Sessions::touch)); `messages` are then
+    /// the agent's shared empty list. Everything that reads or writes `messages` calls
+    /// [`Conversation::unpack`] first.
+    pub(super) packed: Option<Packed>,
+    /// The idle clock's reading when this conversation last entered the idle queue (0:
+    /// never).
+    pub(super) queued_at: u64,
+}
+
+impl Conversation {
+    /// Unpacks a packed conversation. A buffer that does not unpack (a bug: only
+    /// [`Packed::pack`] writes it) is [`StoreErrorKind::Corrupt`] and stays packed.
+    pub(crate) fn unpack(&mut self, key: &SessionKey) -> Result<(), StoreError> {
+        if let Some(packed) = &self.packed {
+            let messages = packed
+                .unpack()
+                .map_err(|e| StoreError::with_kind(StoreErrorKind::Corrupt, key, e))?;
+            self.messages = Arc::new(messages);
+            self.packed = None;
+        }
+        Ok(())
+    }
+
+    /// Replaces the conversation's messages (dropping a packed form).
+    pub(crate) fn replace(&mut self, messages: Vec<Msg>) {
+        self.messages = Arc::new(messages);
+        self.packed = None;
+    }
+
+    /// Packs an idle conversation; one that does not mirror the store (it reloads on
+    /// its next call anyway) just lets its messages go.
+    pub(super) fn pack(&mut self, empty: &Arc<Vec<Msg>>) {
+        if self.packed.is_some() || self.messages.is_empty() {
+            return;
+        }
+        if !self.loaded {
+            self.messages = Arc::clone(empty);
+            return;
+        }
+        if let Some(packed) = Packed::pack(&self.messages) {
+            self.packed = Some(packed);
+            self.messages = Arc::clone(empty);
+        }
+    }
+
+    /// Saves the conversation if the store still holds the version it was loaded at
+    /// (under `lease`, when the call holds one: a fenced save).
+    ///
+    /// On a conflict (or a lost lease) the conversation is marked not loaded, so the
+    /// next call on it reloads the stored one (whoever saved it wins; this agent never
+    /// overwrites it).
+    pub(crate) async fn persist(
+        &mut self,
+        store: &dyn DynSessionStore,
+        key: &SessionKey,
+        lease: Option<&HeldLease>,
+    ) -> Result<(), StoreError> {
+        self.unpack(key)?;
+        let saved = match lease {
+            Some(lease) => lease.save(&self.messages, self.version).await,
+            None => store.save(key, &self.messages, self.version).await,
+        };
+        match saved {
+            Ok(version) => {
+                self.version = version;
+                self.dirty = false;
+                Ok(())
+            }
+            Err(e) => {
+                if e.is_conflict() || e.kind() == StoreErrorKind::LeaseLost {
+                    self.loaded = false;
+                    self.dirty = false;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Brings the conversation in line with the store before a call: saves what an
+    /// earlier cancelled (or failed-to-save) call left unsaved, then loads the session
+    /// if it is not loaded — always, under a lease, unless the leftovers were just
+    /// saved (another replica may have saved since this copy was loaded).
+    ///
+    /// A conflict while saving leftovers is logged and the stored session wins.
+    pub(crate) async fn sync(
+        &mut self,
+        store: &dyn DynSessionStore,
+        key: &SessionKey,
+        lease: Option<&HeldLease>,
+        reload: bool,
+    ) -> Result<(), StoreError> {
+        self.unpack(key)?;
+        if self.loaded && self.dirty {
+            match self.persist(store, key, lease).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_conflict() || e.kind() == StoreErrorKind::LeaseLost => {
+                    tracing::warn!(
+                        session = %key,
+                        error = %e,
+                        "unsaved state of an earlier call lost to another writer; reloading the session"
+                    )
+                }
+                Err(e) => return Err(e),
+            }
+        } else if lease.is_some() || reload {
+            self.loaded = false;
+        }
+        self.load_if_needed(store, key).await
+    }
+
+    /// Loads the stored session unless the conversation is loaded (a loaded one is
+    /// unpacked if it was packed). A stored history that breaks the memory invariant
+    /// (e.g. a hand-edited file) is refused as [`StoreErrorKind::Corrupt`].
+    pub(crate) async fn load_if_needed(
+        &mut self,
+        store: &dyn DynSessionStore,
+        key: &SessionKey,
+    ) -> Result<(), StoreError> {
+        if self.loaded {
+            return self.unpack(key);
+        }
+        let stored = store.load(key).await?;
+        check_history(&stored.messages).map_err(|e| {
+            StoreError::with_kind(
+                StoreErrorKind::Corrupt,
+                key,
+                format!("the stored conversation is not a valid history: {e}"),
+            )
+        })?;
+        self.replace(stored.messages);
+        self.version = stored.version;
+        self.loaded = true;
+        self.dirty = false;
+        Ok(())
+    }
+}
+
+/// Where a call's conversation is saved (when the call ends, or is dropped).
+pub(crate) struct Persistence {
+    pub(crate) store: Arc<dyn DynSessionStore>,
+    pub(crate) key: SessionKey,
+    pub(crate) slot: Arc<tokio::sync::Mutex<Conversation>>,
+    /// The session's lease, when the agent leases sessions.
+    pub(crate) lease: Option<HeldLease>,
+    /// Load the stored session at the start of the call even without a lease.
+    pub(crate) reload: bool,
+}
+
+impl Persistence {
+    /// Saves the slot's conversation from a spawned task once the slot is free, if it
+    /// is still unsaved then (a call queued on the slot may have saved it first). Without
+    /// a tokio runtime nothing is spawned: the conversation stays marked unsaved and the
+    /// next call on the session saves it before it proceeds.
+    fn spawn_save(self) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        handle.spawn(async move {
+            let mut conv = self.slot.lock_owned().await;
+            if conv.loaded
+                && conv.dirty
+                && let Err(e) = conv.persist(&*self.store, &self.key, None).await
+            {
+                tracing::error!(
+                    session = %self.key,
+                    error = %e,
+                    "saving the session of a cancelled call failed; the next call on it retries"
+                );
+            }
+        });
+    }
+}
+
+impl super::AgentInner {
+    /// Opens a session for one call: waits for its slot (the in-process FIFO), then,
+    /// with leasing, acquires its lease (a [`StoreErrorKind::Busy`] when another holder
+    /// keeps it past the wait), then brings the conversation in line with the store.
+    /// With `resume` (the decisions of a call without input), fails with
+    /// [`StoreErrorKind::Conflict`] when they are stale on the conversation
+    /// ([`ApprovalDecisions::stale_on`]: another call resumed first).
+    /// On a failure nothing ran, the conversation is unchanged and the lease, if
+    /// acquired, is released.
+    pub(crate) async fn open_memory(
+        &self,
+        key: &SessionKey,
+        resume: Option<&ApprovalDecisions>,
+    ) -> Result<CallMemory, StoreError> {
+        let mut memory = self.open_synced(key).await?;
+        if let Some(why) = resume.and_then(|d| d.stale_on(memory.messages())) {
+            memory.disarm();
+            memory.abandon().await;
+            return Err(StoreError::with_kind(StoreErrorKind::Conflict, key, why));
+        }
+        Ok(memory)
+    }
+
+    async fn open_synced(&self, key: &SessionKey) -> Result<CallMemory, StoreError> {
+        let slot = self.sessions.slot(key);
+        let mut guard = Arc::clone(&slot).lock_owned().await;
+        self.sessions.touch(&slot, &mut guard);
+        let Some(store) = &self.store else {
+            guard.unpack(key)?;
+            let mut memory = CallMemory::new(guard, None);
+            memory.conversation().loaded = true;
+            return Ok(memory);
+        };
+        let lease = match &self.leasing {
+            Some(leasing) => Some(leasing.acquire(key).await?),
+            None => None,
+        };
+        let mut memory = CallMemory::new(
+            guard,
+            Some(Persistence {
+                store: Arc::clone(store),
+                key: key.clone(),
+                slot,
+                lease,
+                reload: self.reload,
+            }),
+        );
+        if let Err(e) = memory.sync().await {
+            memory.disarm();
+            memory.abandon().await;
+            return Err(e);
+        }
+        Ok(memory)
+    }
+}
+
+/// Exclusive access to a conversation for the duration of one call.
+///
+/// While the guard is armed, dropping it (the call's future was dropped, or an error
+/// path forgot to) gives every tool use still without a result a synthetic error
+/// result, so the stored conversation stays valid.
+///
+/// With a store, dropping it while the conversation is unsaved hands the save to a
+/// spawned task (see [`Persistence`]).
+pub(crate) struct CallMemory {
+    guard: OwnedMutexGuard<Conversation>,
+    armed: bool,
+    persistence: Option<Persistence>,
+    /// The tool calls this call started, by position in the last assistant message's
+    /// tool uses (bit `p`; bit 63 also for every later position), so a repair never
+    /// calls a started tool "not executed". No allocation per call.
+    started: u64,
+}
+
+/// Result text for tool uses left without a result by a dropped call.
+const DROPPED: &str = "not executed: the call was cancelled before this tool ran";
+
+/// Result text for a started tool whose call was cancelled or failed before its result
+/// was recorded, on an agent without a store (with a store the call stays pending in the
+/// journal and is surfaced as outcome-unknown).
+pub(crate) const INTERRUPTED: &str = "outcome unknown: the tool was started, but the call was \
+     cancelled or failed before its result was recorded; it may or may not have taken effect";
+
+impl CallMemory {
+    pub(crate) fn new(
+        guard: OwnedMutexGuard<Conversation>,
+        persistence: Option<Persistence>,
+    ) -> Self {
+        Self {
+            guard,
+            armed: true,
+            persistence,
+            started: 0,
+        }
+    }
+
+    /// Whether this call journals effects (it has a store to journal them in).
+    pub(crate) fn journaling(&self) -> bool {
+        self.persistence.is_some()
+    }
+
+    /// Notes that the tool of call `id` is about to start.
+    pub(crate) fn started(&mut self, id: &str) {
+        let position = self.last_assistant().and_then(|m| {
+            m.content
+                .iter()
+                .filter_map(|b| match b {
+                    ContentBlock::ToolUse(u) => Some(u),
+                    _ => None,
+                })
+                .position(|u| u.id == id)
+        });
+        self.started |= started_bit(position);
+    }
+
+    /// The last assistant message (the one whose tool uses are acting or pending).
+    fn last_assistant(&self) -> Option<&Msg> {
+        self.guard
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::Assistant)
+    }
+
+    /// The journal entry of call `id` on the last assistant message.
+    pub(crate) fn entry(&self, id: &str) -> Result<Option<super::journal::Entry>, StoreError> {
+        let Some(msg) = self.last_assistant() else {
+            return Ok(None);
+        };
+        super::journal::entry(msg, id).map_err(|e| self.corrupt(e))
+    }
+
+    fn corrupt(&self, why: String) -> StoreError {
+        let text = format!("the session's effect journal is not valid: {why}");
+        match &self.persistence {
+            Some(p) => StoreError::with_kind(StoreErrorKind::Corrupt, &p.key, text),
+            None => StoreError::unkeyed(StoreErrorKind::Corrupt, text),
+        }
+    }
+
+    /// Writes the journal entry of call `id` on the last assistant message.
+    pub(crate) fn set_entry(&mut self, id: &str, entry: &super::journal::Entry) {
+        if let Some(msg) = self
+            .messages_mut()
+            .iter_mut()
+            .rev()
+            .find(|m| m.role == Role::Assistant)
+        {
+            super::journal::set(msg, id, entry);
+        }
+    }
+
+    /// Sets a metadata value on the last assistant message (kept with the session).
+    pub(crate) fn set_last_metadata(&mut self, key: &str, value: serde_json::Value) {
+        if let Some(msg) = self
+            .messages_mut()
+            .iter_mut()
+            .rev()
+            .find(|m| m.role == Role::Assistant)
+        {
+            msg.metadata.insert(key.to_owned(), value);
+        }
+    }
+
+    /// A metadata value of the last assistant message.
+    pub(crate) fn last_metadata(&self, key: &str) -> Option<&serde_json::Value> {
+        self.last_assistant().and_then(|m| m.metadata.get(key))
+    }
+
+    /// Pending tool uses that an earlier attempt journaled (claimed, settled or
+    /// suspended).
+    pub(crate) fn journaled_pending(&self) -> Result<Vec<ToolUse>, StoreError> {
+        let mut out = Vec::new();
+        for u in self.pending_tool_uses() {
+            if self.entry(&u.id)?.is_some() {
+                out.push(u);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Saves the conversation now, in the middle of the call (a journal claim or
+    /// settle): a versioned save, fenced under the call's lease. The call goes on
+    /// changing the conversation, so it stays marked unsaved.
+    ///
+    /// # Errors
+    /// The save's error; a `Conflict` or a lost lease means another holder moved the
+    /// session on, so nothing this call journaled may run.
+    pub(crate) async fn checkpoint(&mut self) -> Result<(), StoreError> {
+        let Self {
+            guard, persistence, ..
+        } = self;
+        let Some(p) = persistence.as_ref() else {
+            return Ok(());
+        };
+        if let Some(lease) = &p.lease
+            && lease.is_lost()
+        {
+            return Err(StoreError::with_kind(
+                StoreErrorKind::LeaseLost,
+                &p.key,
+                "the session lease was lost; nothing more is journaled or run",
+            ));
+        }
+        guard.persist(&*p.store, &p.key, p.lease.as_ref()).await?;
+        guard.dirty = true;
+        Ok(())
+    }
+
+    pub(crate) fn conversation(&mut self) -> &mut Conversation {
+        &mut self.guard
+    }
+
+    pub(crate) fn messages(&self) -> &[Msg] {
+        &self.guard.messages
+    }
+
+    /// The conversation, shared (for a model request).
+    pub(crate) fn shared(&self) -> Arc<Vec<Msg>> {
+        Arc::clone(&self.guard.messages)
+    }
+
+    fn messages_mut(&mut self) -> &mut Vec<Msg> {
+        Arc::make_mut(&mut self.guard.messages)
+    }
+
+    pub(crate) fn push(&mut self, msg: Msg) {
+        self.messages_mut().push(msg);
+    }
+
+    /// Tool uses of the last assistant message that have no result after it.
+    pub(crate) fn pending_tool_uses(&self) -> Vec<ToolUse> {
+        pending_tool_uses(&self.guard.messages)
+    }
+
+    /// Gives every pending tool use an error result with `text` — except calls the
+    /// journal holds (they stay pending: the next call on the session replays or
+    /// surfaces them) and tools this call started (they get [`INTERRUPTED`]).
+    pub(crate) fn repair(&mut self, text: &str) {
+        let started = self.started;
+        repair(self.messages_mut(), text, started);
+    }
+
+    /// Replaces the stored tool use with this id (name and input) in the last
+    /// assistant message.
+    pub(crate) fn update_tool_use(&mut self, updated: &ToolUse) {
+        if let Some(msg) = self
+            .messages_mut()
+            .iter_mut()
+            .rev()
+            .find(|m| m.role == Role::Assistant)
+        {
+            for block in &mut msg.content {
+                if let ContentBlock::ToolUse(u) = block
+                    && u.id == updated.id
+                {
+                    u.name.clone_from(&updated.name);
+                    u.input.clone_from(&updated.input);
+                }
+            }
+        }
+    }
+
+    /// Records a result in the tool message at `batch` (creating it at the end on the
+    /// first result of a turn). Returns the message's index.
+    pub(crate) fn record_result(&mut self, batch: Option<usize>, result: ToolResult) -> usize {
+        let messages = self.messages_mut();
+        match batch {
+            Some(i) if i < messages.len() => {
+                messages[i].content.push(ContentBlock::ToolResult(result));
+                i
+            }
+            _ => {
+                messages.push(Msg::tool([result]));
+                messages.len() - 1
+            }
+        }
+    }
+
+    /// Brings the conversation in line with the store (see [`Conversation::sync`]).
+    async fn sync(&mut self) -> Result<(), StoreError> {
+        let Self {
+            guard, persistence, ..
+        } = self;
+        let Some(p) = persistence.as_ref() else {
+            return Ok(());
+        };
+        guard
+            .sync(&*p.store, &p.key, p.lease.as_ref(), p.reload)
+            .await?;
+        match &p.lease {
+            Some(lease) if lease.is_lost() => Err(StoreError::with_kind(
+                StoreErrorKind::LeaseLost,
+                &p.key,
+                "the session lease was lost while the call started",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The call's lease, when it holds one (to renew while the call runs).
+    pub(crate) fn lease(&self) -> Option<HeldLease> {
+        self.persistence.as_ref().and_then(|p| p.lease.clone())
+    }
+
+    /// Ends the call with the store: saves the conversation (fenced under a lease;
+    /// nothing when the lease was lost), releases the lease, and settles (dropping no
+    /// longer hands a save to a task). A failed save leaves the conversation marked
+    /// unsaved: the next call on the session saves it first. Under a lease the cached
+    /// copy is not trusted afterwards: the next call reloads.
+    pub(crate) async fn finish(&mut self) -> Result<(), StoreError> {
+        let Self {
+            guard, persistence, ..
+        } = self;
+        let Some(p) = persistence.as_ref() else {
+            return Ok(());
+        };
+        let saved = match &p.lease {
+            Some(lease) if lease.is_lost() => {
+                guard.loaded = false;
+                guard.dirty = false;
+                Ok(())
+            }
+            lease => guard.persist(&*p.store, &p.key, lease.as_ref()).await,
+        };
+        if let Some(lease) = &p.lease {
+            if saved.is_ok() {
+                guard.loaded = false;
+            }
+            lease.release().await;
+        }
+        *persistence = None;
+        saved
+    }
+
+    /// Gives up the session without saving (the call did not start): releases the
+    /// lease, if any, and settles.
+    async fn abandon(&mut self) {
+        if let Some(p) = self.persistence.take()
+            && let Some(lease) = &p.lease
+        {
+            lease.release().await;
+        }
+    }
+
+    /// Ends the call: dropping no longer repairs (pending tool uses left on purpose by
+    /// `stop_agent` stay resumable).
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CallMemory {
+    fn drop(&mut self) {
+        if self.armed {
+            repair(
+                Arc::make_mut(&mut self.guard.messages),
+                DROPPED,
+                self.started,
+            );
+        }
+        let Some(mut p) = self.persistence.take() else {
+            return;
+        };
+        let unsaved = self.guard.loaded && self.guard.dirty;
+        match p.lease.take() {
+            None if unsaved => {
+                // The task waits for the slot, which is released right after this.
+                p.spawn_save();
+            }
+            None => {}
+            Some(lease) => {
+                // The task does not need the slot: it saves this snapshot under the
+                // lease, then releases it (a call queued on the slot waits for the
+                // lease meanwhile, and reloads).
+                let snapshot = (unsaved && !lease.is_lost())
+                    .then(|| (Arc::clone(&self.guard.messages), self.guard.version));
+                if lease.spawn_finish(snapshot) {
+                    self.guard.loaded = false;
+                    self.guard.dirty = false;
+                }
+            }
+        }
+    }
+}

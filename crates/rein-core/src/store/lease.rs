@@ -1,0 +1,307 @@
+//! Session leases: cross-process ordering of the calls on one session, and how an agent
+//! holds one for the duration of a call ([`AgentBuilder::leased_session_store`]).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use super::key::SessionKey;
+use super::session::{StoreError, StoreErrorKind};
+use crate::message::Msg;
+
+/// A lease on one session, held by whoever acquired it until it expires (its TTL after
+/// the last acquisition or renewal, measured by the store's server) or is released.
+///
+/// The **fence** is a number the store increases on every acquisition of the session's
+/// lease and never reuses (a release or an expiry does not reset it). A fenced save
+/// records it with the session; a save carrying a lower fence than the one recorded, or
+/// from a lease that is no longer held, fails with [`StoreErrorKind::LeaseLost`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    key: SessionKey,
+    token: String,
+    fence: u64,
+    ttl: Duration,
+}
+
+impl Lease {
+    /// A lease as a store hands it out (stores call this; a hand-made lease is simply
+    /// not held, and every use of it fails with [`StoreErrorKind::LeaseLost`]).
+    pub fn new(key: SessionKey, token: String, fence: u64, ttl: Duration) -> Self {
+        Self {
+            key,
+            token,
+            fence,
+            ttl,
+        }
+    }
+
+    /// The session.
+    pub fn key(&self) -> &SessionKey {
+        &self.key
+    }
+
+    /// The random token that identifies this holder.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The fencing token: strictly greater than the fence of every earlier lease on the
+    /// session.
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// The time to live given at acquisition; every renewal extends the lease by it.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// How often a holder should renew: a third of the TTL, so that two renewals can
+    /// fail (or be late) before the lease expires.
+    pub fn renew_interval(&self) -> Duration {
+        self.ttl / 3
+    }
+}
+
+/// Session leases: at most one holder per session at a time, across processes sharing
+/// the store, with fencing at save.
+///
+/// The use around one call on a session (what an agent built with
+/// [`AgentBuilder::leased_session_store`] does): acquire (wait up to a bound, then fail
+/// with [`StoreErrorKind::Busy`] before anything runs), load, renew every
+/// [`Lease::renew_interval`] while the call runs, save with
+/// [`SessionLeases::save_fenced`], release. A holder that dies or hangs loses the lease
+/// after the TTL; its later saves fail with [`StoreErrorKind::LeaseLost`].
+///
+/// Implemented by `RedisSessionStore`, `PostgresSessionStore` and
+/// [`InMemorySessionStore`](super::InMemorySessionStore). Implement the methods with
+/// `async fn`; the agent erases the futures at one private boundary. Waiting polls the
+/// store with a jittered backoff (5 ms doubling to 100 ms): waiters are served roughly,
+/// not strictly, in arrival order.
+pub trait SessionLeases: Send + Sync + 'static {
+    /// Acquires the lease on `key` for `ttl`, waiting up to `wait` (zero: one attempt)
+    /// while another holder has it.
+    ///
+    /// # Errors
+    /// [`StoreErrorKind::Busy`] when the lease is still held by another holder after
+    /// `wait`; [`StoreErrorKind::Config`] for a TTL under 1 ms (or over a day);
+    /// [`StoreErrorKind::Unavailable`] when the server cannot be reached.
+    fn acquire(
+        &self,
+        key: &SessionKey,
+        ttl: Duration,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Lease, StoreError>> + Send;
+
+    /// Extends a held lease by its TTL from now.
+    ///
+    /// # Errors
+    /// [`StoreErrorKind::LeaseLost`] when the lease expired or another holder has the
+    /// session; [`StoreErrorKind::Unavailable`] when the server cannot be reached.
+    fn renew(&self, lease: &Lease) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Releases a lease if it is still held by this holder (compare-and-delete), so the
+    /// next waiter gets it without waiting for the TTL. Returns whether it was held.
+    /// Releasing never lowers the fence.
+    ///
+    /// # Errors
+    /// [`StoreErrorKind::Unavailable`] when the server cannot be reached (the lease then
+    /// expires after its TTL).
+    fn release(&self, lease: &Lease) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// [`SessionStore::save`] under a lease: in one atomic step, checks that `lease` is
+    /// still held and that no later lease saved the session, compares the version,
+    /// writes and records the lease's fence.
+    ///
+    /// # Errors
+    /// [`StoreErrorKind::LeaseLost`] (nothing written) when the lease is no longer held
+    /// or a later lease saved; then as `save`: `Conflict`, `Corrupt`, `Unavailable`.
+    fn save_fenced(
+        &self,
+        lease: &Lease,
+        messages: &[Msg],
+        expected_version: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+impl<S: SessionLeases> SessionLeases for Arc<S> {
+    fn acquire(
+        &self,
+        key: &SessionKey,
+        ttl: Duration,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Lease, StoreError>> + Send {
+        SessionLeases::acquire(&**self, key, ttl, wait)
+    }
+
+    fn renew(&self, lease: &Lease) -> impl Future<Output = Result<(), StoreError>> + Send {
+        SessionLeases::renew(&**self, lease)
+    }
+
+    fn release(&self, lease: &Lease) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        SessionLeases::release(&**self, lease)
+    }
+
+    fn save_fenced(
+        &self,
+        lease: &Lease,
+        messages: &[Msg],
+        expected_version: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        SessionLeases::save_fenced(&**self, lease, messages, expected_version)
+    }
+}
+
+/// The object-safe twin of [`SessionLeases`]: the one place lease futures are erased.
+pub(crate) trait DynSessionLeases: Send + Sync + 'static {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        ttl: Duration,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Lease, StoreError>>;
+
+    fn renew<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    fn save_fenced<'a>(
+        &'a self,
+        lease: &'a Lease,
+        messages: &'a [Msg],
+        expected_version: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>>;
+}
+
+impl<S: SessionLeases> DynSessionLeases for S {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        ttl: Duration,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Lease, StoreError>> {
+        Box::pin(SessionLeases::acquire(self, key, ttl, wait))
+    }
+
+    fn renew<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(SessionLeases::renew(self, lease))
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(SessionLeases::release(self, lease))
+    }
+
+    fn save_fenced<'a>(
+        &'a self,
+        lease: &'a Lease,
+        messages: &'a [Msg],
+        expected_version: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(SessionLeases::save_fenced(
+            self,
+            lease,
+            messages,
+            expected_version,
+        ))
+    }
+}
+
+/// How an agent leases its sessions ([`AgentBuilder::leased_session_store`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// How long a lease lives without renewal (default 30 s). The agent renews every
+    /// third of it while a call runs; a replica that dies holds the session at most
+    /// this long. Between 1 ms and 24 h (checked at `build()`).
+    pub ttl: Duration,
+    /// How long a call waits for a session another holder (another replica) is running
+    /// a call on before it fails with [`StoreErrorKind::Busy`] (default 10 s; zero: one
+    /// attempt).
+    pub wait: Duration,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(30),
+            wait: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Longest TTL a lease may have (24 h).
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// For store implementations: the TTL in whole milliseconds (what engines take).
+///
+/// # Errors
+/// [`StoreErrorKind::Config`] naming the session when the TTL is under 1 ms or over
+/// [`MAX_TTL`].
+pub fn ttl_millis(key: &SessionKey, ttl: Duration) -> Result<u64, StoreError> {
+    if ttl < Duration::from_millis(1) || ttl > MAX_TTL {
+        return Err(StoreError::with_kind(
+            StoreErrorKind::Config,
+            key,
+            format!("a lease TTL must be between 1 ms and 24 h, not {ttl:?}"),
+        ));
+    }
+    // At most 86,400,000: fits.
+    Ok(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Calls `attempt` (with a fresh token from `token` and the TTL in milliseconds) until
+/// it returns a fence or `wait` has passed, sleeping a jittered, growing backoff in
+/// between: how a store whose engine cannot wait for a lease implements
+/// [`SessionLeases::acquire`].
+///
+/// # Errors
+/// [`StoreErrorKind::Busy`] naming the session once `wait` has passed; any error
+/// `attempt` returns, at once.
+pub async fn acquire_polling<T, F, Fut>(
+    key: &SessionKey,
+    ttl: Duration,
+    wait: Duration,
+    mut token: T,
+    mut attempt: F,
+) -> Result<Lease, StoreError>
+where
+    T: FnMut(&SessionKey) -> Result<String, StoreError>,
+    F: FnMut(String, u64) -> Fut,
+    Fut: Future<Output = Result<Option<u64>, StoreError>>,
+{
+    let ttl_ms = ttl_millis(key, ttl)?;
+    let started = tokio::time::Instant::now();
+    let deadline = started + wait;
+    let mut backoff = Duration::from_millis(5);
+    let mut attempts = 0u32;
+    loop {
+        let token = token(key)?;
+        attempts += 1;
+        if let Some(fence) = attempt(token.clone(), ttl_ms).await? {
+            return Ok(Lease::new(key.clone(), token, fence, ttl));
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Err(StoreError::with_kind(
+                StoreErrorKind::Busy,
+                key,
+                format!(
+                    "the session is leased by another holder (another call on it is running); \
+                     waited {:?} over {attempts} attempts",
+                    now - started
+                ),
+            ));
+        }
+        // Jitter: 50–100 % of the backoff, from the token's (or the clock's) bits.
+        let seed = token
+            .bytes()
+            .fold(0u32, |a, b| a.wrapping_mul(31) ^ u32::from(b))
+            ^ (now - started).subsec_nanos();
+        let jitter = seed % 50 + 50;
+        let sleep = (backoff * jitter / 100).min(deadline - now);
+        tokio::time::sleep(sleep).await;
+        backoff = (backoff * 2).min(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,508 @@
+//! Session stores: where conversations persist between calls, agents and processes.
+//!
+//! A store keeps, per [`SessionKey`], the conversation's messages and a **version**: `0`
+//! for a session that was never saved, then `1, 2, …`, one more on every successful
+//! save. A save names the version it expects to replace ([`SessionStore::save`]); when
+//! the stored version is different — another agent or another process saved the session
+//! since this one loaded it — nothing is written and the save fails with
+//! [`StoreErrorKind::Conflict`]. Two writers therefore never silently overwrite each
+//! other.
+//!
+//! Two stores ship with the crate: [`FileSessionStore`](super::FileSessionStore) (one
+//! file per session, atomic replace) and [`InMemorySessionStore`] (a shared map, for
+//! tests and for several agents in one process). Without a store an agent keeps its
+//! conversations in its own memory only.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::time::Instant;
+
+use super::lease::{Lease, SessionLeases, acquire_polling};
+use super::key::SessionKey;
+use crate::message::Msg;
+use crate::util::new_id;
+
+/// What kind of failure a [`StoreError`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The stored version is not the version the save expected: someone else saved the
+    /// session in between. Nothing was written. An agent that gets this error reloads
+    /// the session from the store on its next call on it.
+    Conflict,
+    /// Reading or writing the backing storage failed (a file system error, a background
+    /// I/O task that could not run).
+    Io,
+    /// Stored data could not be decoded, or it belongs to another session.
+    Corrupt,
+    /// Any other failure (the kind of [`StoreError::new`]).
+    Other,
+    /// A lease on the session could not be acquired within the wait: another holder
+    /// (usually another replica) is running a call on it. Nothing ran, nothing was
+    /// written; retry later. See [`SessionLeases`](crate::store::SessionLeases).
+    Busy,
+    /// The lease a fenced save or a renewal used is no longer held (it expired, was
+    /// released, or another holder took the session over). Nothing was written.
+    LeaseLost,
+    /// The store's server cannot be reached (connection refused or dropped, a timeout,
+    /// a server shutting down). Nothing was written, or the outcome is unknown for a
+    /// save whose reply was lost (a retry then sees a `Conflict` if it had landed);
+    /// the next call after the server is back works.
+    Unavailable,
+    /// The store is misconfigured or was given an invalid argument: a malformed URL,
+    /// credentials the server rejects, a missing database, an invalid table name or key
+    /// prefix, a zero lease TTL. Retrying does not help.
+    Config,
+    /// The session key is one no store can hold (see
+    /// [`key_problem`](crate::store::key_problem)): an id with U+0000, an id over [`MAX_KEY_BYTES`](crate::store::MAX_KEY_BYTES). Nothing was read
+    /// or written; the same key fails the same way on every store.
+    InvalidKey,
+    /// What the save would write could not be loaded back: a value nested deeper than
+    /// [`MAX_STORED_DEPTH`](crate::store::MAX_STORED_DEPTH). Nothing was written.
+    Unstorable,
+    /// The session is larger than the store's maximum session size (a save would write
+    /// more, or the stored value holds more; it was not read). Nothing was written.
+    TooLarge,
+}
+
+/// A session store failure: a [`StoreErrorKind`], the session it concerns (when one
+/// does) and a message.
+///
+/// `Display` reads ``session store failed for session `user/session`: message``.
+#[derive(Debug, thiserror::Error)]
+#[error("session store failed{}: {message}", session_suffix(.session.as_deref()))]
+pub struct StoreError {
+    kind: StoreErrorKind,
+    session: Option<String>,
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+fn session_suffix(session: Option<&str>) -> String {
+    match session {
+        Some(s) => format!(" for session `{s}`"),
+        None => String::new(),
+    }
+}
+
+impl StoreError {
+    /// An error of kind [`StoreErrorKind::Other`] for this session.
+    pub fn new(key: &SessionKey, message: impl Into<String>) -> Self {
+        Self::with_kind(StoreErrorKind::Other, key, message)
+    }
+
+    /// An error of the given kind for this session.
+    pub fn with_kind(kind: StoreErrorKind, key: &SessionKey, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            session: Some(key.to_string()),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An error of the given kind that concerns no single session (e.g. a store
+    /// directory that cannot be created).
+    pub fn unkeyed(kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            session: None,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A [`StoreErrorKind::Conflict`]: the save expected version `expected`, the store
+    /// holds version `found`.
+    pub fn conflict(key: &SessionKey, expected: u64, found: u64) -> Self {
+        Self::with_kind(
+            StoreErrorKind::Conflict,
+            key,
+            format!(
+                "version conflict: expected to replace version {expected}, the store holds version {found} (another writer saved this session)"
+            ),
+        )
+    }
+
+    /// Attaches the underlying error (returned by `std::error::Error::source`).
+    #[must_use]
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
+    }
+
+    /// The session, as `user/session` or `session`, when the error concerns one.
+    pub fn session(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
+    /// The message, without the session prefix.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Whether this is a [`StoreErrorKind::Conflict`].
+    pub fn is_conflict(&self) -> bool {
+        self.kind == StoreErrorKind::Conflict
+    }
+}
+
+/// A session as loaded from a store: its messages and their version (`0` when the
+/// session was never saved, then `messages` is empty).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct StoredSession {
+    /// The conversation, oldest first.
+    pub messages: Vec<Msg>,
+    /// The version to pass to the next [`SessionStore::save`].
+    pub version: u64,
+}
+
+impl StoredSession {
+    /// A stored session with these messages at this version.
+    pub fn new(messages: Vec<Msg>, version: u64) -> Self {
+        Self { messages, version }
+    }
+}
+
+/// Where conversations persist between calls (and agents, and processes).
+///
+/// Without a store, an agent keeps conversations in memory for its lifetime. With one,
+/// an agent loads a session on its first call on it and saves it after every call —
+/// completed, failed or cancelled (see [`AgentBuilder::session_store`](super::AgentBuilder::session_store)
+/// for when exactly). An agent caches what it loaded: it assumes no one else writes the
+/// session while it holds it, and detects it when someone did, through the version.
+///
+/// Implementations must make `save` atomic with respect to `load` (a load sees the old
+/// or the new messages, never a mix) and must compare the version and write as one
+/// step with respect to other savers. Implement both methods with `async fn`; the agent
+/// erases the futures at one private boundary (boxed, once per load or save).
+///
+/// ```
+/// use rein::*;
+/// use std::collections::HashMap;
+/// use std::sync::Mutex;
+///
+/// /// Sessions in a map, behind a lock (a real store would use a database row with a
+/// /// version column and `UPDATE … WHERE version = expected`).
+/// #[derive(Default)]
+/// struct MapStore(Mutex<HashMap<SessionKey, StoredSession>>);
+///
+/// impl SessionStore for MapStore {
+///     async fn load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
+///         let map = self.0.lock().map_err(|_| StoreError::new(key, "poisoned"))?;
+///         Ok(map.get(key).cloned().unwrap_or_default())
+///     }
+///
+///     async fn save(
+///         &self,
+///         key: &SessionKey,
+///         messages: &[Msg],
+///         expected_version: u64,
+///     ) -> Result<u64, StoreError> {
+///         let mut map = self.0.lock().map_err(|_| StoreError::new(key, "poisoned"))?;
+///         let found = map.get(key).map_or(0, |s| s.version);
+///         if found != expected_version {
+///             return Err(StoreError::conflict(key, expected_version, found));
+///         }
+///         map.insert(key.clone(), StoredSession::new(messages.to_vec(), found + 1));
+///         Ok(found + 1)
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let agent = Agent::builder()
+///     .model(ScriptedModel::new([ScriptedTurn::text("hello")]))
+///     .session_store(MapStore::default())
+///     .build()?;
+/// agent.call_with(vec![Msg::user("hi")], RunContext::new().with_session_id("s1")).await?;
+/// assert_eq!(agent.messages(&SessionKey::new(None, "s1")).await.len(), 2);
+/// # Ok(()) }
+/// ```
+pub trait SessionStore: Send + Sync + 'static {
+    /// The stored messages and version of a session; version `0` and no messages when
+    /// it was never saved.
+    ///
+    /// # Errors
+    /// [`StoreErrorKind::Io`] when the storage cannot be read, [`StoreErrorKind::Corrupt`]
+    /// when what is stored cannot be decoded.
+    fn load(
+        &self,
+        key: &SessionKey,
+    ) -> impl Future<Output = Result<StoredSession, StoreError>> + Send;
+
+    /// Replaces the stored messages of a session if its stored version is still
+    /// `expected_version`, and returns the new version (`expected_version + 1`).
+    ///
+    /// # Errors
+    /// [`StoreErrorKind::Conflict`] (nothing written) when the stored version differs;
+    /// [`StoreErrorKind::Io`] when writing fails (the old version is then still stored).
+    fn save(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
+        expected_version: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+impl<S: SessionStore> SessionStore for Arc<S> {
+    fn load(
+        &self,
+        key: &SessionKey,
+    ) -> impl Future<Output = Result<StoredSession, StoreError>> + Send {
+        SessionStore::load(&**self, key)
+    }
+
+    fn save(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
+        expected_version: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        SessionStore::save(&**self, key, messages, expected_version)
+    }
+}
+
+/// The object-safe twin of [`SessionStore`]: the one place store futures are erased
+/// (the agent holds its store as `Arc<dyn DynSessionStore>`). Private to the crate.
+pub(crate) trait DynSessionStore: Send + Sync + 'static {
+    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>>;
+
+    fn save<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        messages: &'a [Msg],
+        expected_version: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>>;
+}
+
+/// The agent checks the key contract and the nesting bound here, for every store (a
+/// user's own included), before the store sees the call.
+impl<S: SessionStore> DynSessionStore for S {
+    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
+        Box::pin(async move {
+            super::storable::check_key(key)?;
+            SessionStore::load(self, key).await
+        })
+    }
+
+    fn save<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        messages: &'a [Msg],
+        expected_version: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            super::storable::check_key(key)?;
+            super::storable::check_storable(key, messages)?;
+            SessionStore::save(self, key, messages, expected_version).await
+        })
+    }
+}
+
+/// A [`SessionStore`] in this process's memory. Clones share the same sessions, so two
+/// agents given clones of one store see each other's saves (and conflict like two
+/// processes sharing a directory would).
+///
+/// It implements [`SessionLeases`] too (leases measured on this process's clock,
+/// shared by clones), so agents built with
+/// [`AgentBuilder::leased_session_store`](super::AgentBuilder::leased_session_store) on
+/// clones of one store order their calls as replicas on a shared engine would.
+#[derive(Clone, Default)]
+pub struct InMemorySessionStore {
+    sessions: Arc<Mutex<HashMap<SessionKey, StoredSession>>>,
+    leases: Arc<Mutex<HashMap<SessionKey, LeaseRow>>>,
+}
+
+/// The lease state of one session in an [`InMemorySessionStore`].
+#[derive(Debug, Default)]
+struct LeaseRow {
+    /// The current holder's token and when its lease expires.
+    holder: Option<(String, Instant)>,
+    /// The fence of the last acquisition.
+    fence: u64,
+    /// The fence of the last fenced save.
+    saved_fence: u64,
+}
+
+impl LeaseRow {
+    /// Whether `lease` is the live holder.
+    fn holds(&self, lease: &Lease, now: Instant) -> bool {
+        matches!(&self.holder, Some((token, expires)) if token == lease.token() && *expires > now)
+    }
+}
+
+impl fmt::Debug for InMemorySessionStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InMemorySessionStore")
+            .field("sessions", &self.len())
+            .finish()
+    }
+}
+
+impl InMemorySessionStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many sessions have been saved.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// `true` when no session has been saved.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The keys of the saved sessions, in no particular order.
+    pub fn keys(&self) -> Vec<SessionKey> {
+        self.lock().keys().cloned().collect()
+    }
+
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionKey, StoredSession>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_leases(&self) -> std::sync::MutexGuard<'_, HashMap<SessionKey, LeaseRow>> {
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The version check and write of a save (the caller holds whatever else must not
+    /// change meanwhile).
+    fn write(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
+        expected_version: u64,
+    ) -> Result<u64, StoreError> {
+        super::storable::check_key(key)?;
+        super::storable::check_storable(key, messages)?;
+        let mut sessions = self.lock();
+        let found = sessions.get(key).map_or(0, |s| s.version);
+        if found != expected_version {
+            return Err(StoreError::conflict(key, expected_version, found));
+        }
+        let version = next_version(key, expected_version)?;
+        sessions.insert(key.clone(), StoredSession::new(messages.to_vec(), version));
+        Ok(version)
+    }
+}
+
+fn lease_lost(key: &SessionKey) -> StoreError {
+    StoreError::with_kind(
+        StoreErrorKind::LeaseLost,
+        key,
+        "the session lease is no longer held (it expired or another holder took the session)",
+    )
+}
+
+impl SessionLeases for InMemorySessionStore {
+    async fn acquire(
+        &self,
+        key: &SessionKey,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lease, StoreError> {
+        let token = |_: &SessionKey| Ok(new_id("lease"));
+        acquire_polling(key, ttl, wait, token, |token, _| {
+            let now = Instant::now();
+            let mut leases = self.lock_leases();
+            let row = leases.entry(key.clone()).or_default();
+            let fence = match &row.holder {
+                Some((_, expires)) if *expires > now => None,
+                _ => {
+                    row.fence += 1;
+                    row.holder = Some((token, now + ttl));
+                    Some(row.fence)
+                }
+            };
+            std::future::ready(Ok(fence))
+        })
+        .await
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<(), StoreError> {
+        let now = Instant::now();
+        let mut leases = self.lock_leases();
+        match leases.get_mut(lease.key()) {
+            Some(row) if row.holds(lease, now) => {
+                row.holder = Some((lease.token().to_owned(), now + lease.ttl()));
+                Ok(())
+            }
+            _ => Err(lease_lost(lease.key())),
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        let mut leases = self.lock_leases();
+        match leases.get_mut(lease.key()) {
+            Some(row) if matches!(&row.holder, Some((token, _)) if token == lease.token()) => {
+                let held = row.holds(lease, now);
+                row.holder = None;
+                Ok(held)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn save_fenced(
+        &self,
+        lease: &Lease,
+        messages: &[Msg],
+        expected_version: u64,
+    ) -> Result<u64, StoreError> {
+        let key = lease.key();
+        // Lock order: leases, then sessions.
+        let mut leases = self.lock_leases();
+        let row = leases.entry(key.clone()).or_default();
+        if !row.holds(lease, Instant::now()) || row.saved_fence > lease.fence() {
+            return Err(lease_lost(key));
+        }
+        let version = self.write(key, messages, expected_version)?;
+        row.saved_fence = lease.fence();
+        Ok(version)
+    }
+}
+
+impl SessionStore for InMemorySessionStore {
+    async fn load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
+        super::storable::check_key(key)?;
+        Ok(self.lock().get(key).cloned().unwrap_or_default())
+    }
+
+    async fn save(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
+        expected_version: u64,
+    ) -> Result<u64, StoreError> {
+        self.write(key, messages, expected_version)
+    }
+}
+
+/// For store implementations: the version a save of `expected` writes (`expected + 1`).
+///
+/// # Errors
+/// A [`StoreError`] naming the session when the version space is exhausted
+/// (`expected == u64::MAX`).
+pub fn next_version(key: &SessionKey, expected: u64) -> Result<u64, StoreError> {
+    expected.checked_add(1).ok_or_else(|| {
+        StoreError::new(key, "the session's version counter is exhausted (u64::MAX)")
+    })
+}

@@ -1,0 +1,671 @@
+//! Anthropic messages (feature `anthropic`).
+
+use std::collections::VecDeque;
+
+use serde_json::{Value, json};
+
+use crate::capabilities::{drop_sampling, dropped};
+use crate::sse::Event;
+use crate::transport::{
+    Decoder, Endpoint, Flow, Transport, body_finish, body_start, endpoint_setters, malformed,
+    parse_json, put, str_field, stream_error, u64_field,
+};
+use crate::capabilities::ModelCapabilities;
+use rein_core::model::{
+    FinishReason, GenerateOptions, Messages, Model, ModelChunk, ModelError,
+    ModelErrorKind, ModelRequest, ModelStream, ToolChoice, Usage,
+};
+use rein_core::BuildError;
+use rein_core::{ContentBlock, Msg, Role};
+
+/// The default base URL.
+const DEFAULT_BASE: &str = "https://api.anthropic.com";
+
+/// The model `from_env()` uses when `ANTHROPIC_MODEL` is unset.
+const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
+
+/// The `anthropic-version` header sent by default.
+const DEFAULT_VERSION: &str = "2023-06-01";
+
+/// `max_tokens` when the options do not set it (the API requires the field).
+const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// A [`Model`] for Anthropic's `POST {base_url}/v1/messages` with streaming. Used
+/// exactly like [`ScriptedModel`](crate::ScriptedModel).
+///
+/// ```no_run
+/// # fn main() -> Result<(), rein::BuildError> {
+/// use rein::model::AnthropicModel;
+/// let model = AnthropicModel::builder()
+///     .api_key("sk-ant-...")
+///     .model("claude-sonnet-4-5")
+///     .build()?;
+/// let from_env = AnthropicModel::from_env()?; // ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_MODEL
+/// # Ok(()) }
+/// ```
+///
+/// # The request
+/// - System messages (wherever they stand) are joined with a blank line into the
+///   top-level `system` field.
+/// - User text, assistant text, thinking blocks *with* their signature (echoed back
+///   unchanged; thinking without a signature, e.g. from another provider, is dropped:
+///   the API would reject it), `tool_use` blocks (an input that is not a JSON object,
+///   i.e. arguments the model garbled, is sent as `{}`: the error result explains),
+///   and tool results as `tool_result` blocks in a user turn, with `is_error: true`
+///   on failed calls. Consecutive messages of one role are merged into one turn;
+///   empty messages are skipped.
+/// - `tools`: the request's tool schemas (`name`, `description`, `input_schema`).
+/// - [`GenerateOptions`](rein_core::GenerateOptions): `model` (overrides the configured
+///   name), `max_tokens` (default 4096, see [`AnthropicModelBuilder::max_tokens`]),
+///   `temperature`, `top_p`, `top_k`, `stop` as `stop_sequences`; `tool_choice`
+///   (`auto`, `any` for [`ToolChoice::Required`], `tool`, `none`) and
+///   `parallel_tool_calls: false` as `disable_parallel_tool_use`, only when tools are
+///   offered; `reasoning_effort` enables extended thinking with a budget of 1024
+///   (`"minimal"`, `"low"`), 4096 (`"medium"`), 16384 (`"high"`) or the given number
+///   of tokens (`"8000"`), none for `"none"`; when thinking is on and `max_tokens` is
+///   not set, `max_tokens` is the default plus the budget. `seed`,
+///   `frequency_penalty` and `presence_penalty` have no Anthropic equivalent and are
+///   not sent. `extra_body` fields are added last and override any of the above;
+///   `extra_headers` are sent as HTTP headers. A `response_format` is sent as one
+///   more tool of its name with its schema, forced (`tool_choice: tool`) when no other
+///   tool is offered and thinking is off; that tool's call comes back as the turn's
+///   text (see [`ResponseFormat`](rein_core::model::ResponseFormat)).
+/// - [`ModelCapabilities`] (from [`ModelCapabilities::anthropic`] by the effective model
+///   name, or [`AnthropicModelBuilder::capabilities`]) and the API's extended-thinking
+///   rules decide what is sent: `reasoning_effort` only to models with extended
+///   thinking; with thinking on, no `temperature` other than 1, no `top_p` outside
+///   0.95..=1 and no `top_k` (each dropped and logged; see
+///   [`capabilities`](crate::capabilities) for the rules and why).
+///
+/// # The stream
+/// `message_start` (input tokens, cache reads and writes included), text,
+/// `thinking_delta` and `signature_delta`, `tool_use` blocks with their
+/// `input_json_delta` fragments (the block index is the tool call's index),
+/// `message_delta` (stop reason, output tokens), until `message_stop`; `ping` and
+/// unknown event types are ignored (and do not count as progress for
+/// [`HttpConfig::idle_timeout`](crate::HttpConfig::idle_timeout)). Token counts
+/// are summed with saturation. A body that ends before `message_stop` is a
+/// [`ModelErrorKind::Stream`] error.
+///
+/// # Errors
+/// See [`transport`](crate::transport) for timeouts, retries and the typed
+/// errors of HTTP failures. An `error` event ends the stream with an error of the kind
+/// its type names (`overloaded_error` is a server error, retried when nothing was
+/// delivered yet); a payload that is not JSON is a `Stream` error quoting it. An
+/// unknown `reasoning_effort` is a [`ModelErrorKind::BadRequest`] before anything is
+/// sent, and so is a request extended thinking rules out and that cannot be made valid
+/// (see [`request_body`](Self::request_body)).
+#[derive(Clone, Debug)]
+pub struct AnthropicModel {
+    model: String,
+    max_tokens: u32,
+    capabilities: Option<ModelCapabilities>,
+    transport: Transport,
+}
+
+/// Builds an [`AnthropicModel`]; from [`AnthropicModel::builder`].
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct AnthropicModelBuilder {
+    endpoint: Endpoint,
+    version: Option<String>,
+    max_tokens: Option<u32>,
+    capabilities: Option<ModelCapabilities>,
+}
+
+impl AnthropicModel {
+    /// A builder with no API key, no model and the default base URL
+    /// `https://api.anthropic.com`.
+    pub fn builder() -> AnthropicModelBuilder {
+        AnthropicModelBuilder::default()
+    }
+
+    /// A model configured from `ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL` (default
+    /// `https://api.anthropic.com`) and `ANTHROPIC_MODEL` (default
+    /// `claude-sonnet-4-5`).
+    ///
+    /// # Errors
+    /// A [`BuildError`] of kind
+    /// [`InvalidConfig`](crate::BuildErrorKind::InvalidConfig) when
+    /// `ANTHROPIC_API_KEY` is unset and `ANTHROPIC_BASE_URL` is unset too, or when a
+    /// value is invalid (see [`AnthropicModelBuilder::build`]).
+    pub fn from_env() -> Result<Self, BuildError> {
+        let builder = Self::builder().with_env();
+        builder.endpoint.require_key("ANTHROPIC_API_KEY")?;
+        builder.build()
+    }
+
+    /// The endpoint URL requests go to.
+    pub fn url(&self) -> &str {
+        self.transport.url()
+    }
+
+    /// The capabilities that apply to a call of model `name` (the builder's, else the
+    /// table's).
+    pub fn capabilities(&self, name: &str) -> ModelCapabilities {
+        self.capabilities
+            .unwrap_or_else(|| ModelCapabilities::anthropic(name))
+    }
+
+    /// The JSON body this model sends for `request` (what [`Model::stream`] posts),
+    /// after the [capability rules](crate::capabilities).
+    ///
+    /// # Errors
+    /// [`ModelErrorKind::BadRequest`], naming the option, for a `reasoning_effort` that
+    /// is neither a known level nor a number of tokens, and with extended thinking on: a
+    /// budget under 1,024 tokens (`reasoning_effort`), an explicit `max_tokens` not above
+    /// the budget, or a `tool_choice` that forces tool use while tools are offered.
+    pub fn request_body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
+        let name = request.options.model.as_deref().unwrap_or(&self.model);
+        let caps = self.capabilities(name);
+        let (options, budget) =
+            applicable(&request.options, name, caps, !request.tools.is_empty())?;
+        let o = &options;
+        let mut body = body_start(o, &self.model);
+        let (system, turns) = messages(&request.messages);
+        if !system.is_empty() {
+            body.insert("system".into(), system.into());
+        }
+        body.insert("messages".into(), turns.into());
+        let max_tokens = o
+            .max_tokens
+            .unwrap_or_else(|| self.max_tokens.saturating_add(budget.unwrap_or(0)));
+        body.insert("max_tokens".into(), max_tokens.into());
+        if let Some(budget) = budget {
+            body.insert(
+                "thinking".into(),
+                json!({"type": "enabled", "budget_tokens": budget}),
+            );
+        }
+        let mut tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"name": t.name, "description": t.description, "input_schema": t.parameters})
+            })
+            .collect();
+        let mut choice = tool_choice(o.tool_choice.as_ref(), o.parallel_tool_calls);
+        if let Some(f) = &o.response_format {
+            if request.tools.iter().any(|t| t.name == f.name) {
+                return Err(ModelError::new(
+                    ModelErrorKind::BadRequest,
+                    format!(
+                        "response format `{}` has the name of a tool; Anthropic receives the \
+                     format as a tool of that name: rename the format",
+                        f.name
+                    ),
+                ));
+            }
+            tools.push(json!({
+                "name": f.name,
+                "description": OUTPUT_TOOL_DESCRIPTION,
+                "input_schema": f.schema,
+            }));
+            // Forced only where nothing else could be called and the API allows it.
+            if request.tools.is_empty() && budget.is_none() && choice.is_none() {
+                choice = Some(json!({"type": "tool", "name": f.name}));
+            }
+        }
+        if !tools.is_empty() {
+            body.insert("tools".into(), tools.into());
+            put(&mut body, "tool_choice", choice);
+        }
+        put(&mut body, "temperature", o.temperature);
+        put(&mut body, "top_p", o.top_p);
+        put(&mut body, "top_k", o.top_k);
+        put(&mut body, "stop_sequences", o.stop.clone());
+        Ok(body_finish(body, o))
+    }
+}
+
+impl AnthropicModelBuilder {
+    endpoint_setters!("https://api.anthropic.com");
+
+    /// Fills what is still unset from `ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL` and
+    /// `ANTHROPIC_MODEL` (default `claude-sonnet-4-5`). Unlike
+    /// [`AnthropicModel::from_env`], a missing key is not an error.
+    pub fn with_env(mut self) -> Self {
+        self.endpoint.fill_from_env(
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL",
+            "ANTHROPIC_MODEL",
+            DEFAULT_MODEL,
+        );
+        self
+    }
+
+    /// Sets the `anthropic-version` header (default `2023-06-01`).
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into());
+        self
+    }
+
+    /// Sets the `max_tokens` sent when the options leave it unset (default 4096; the
+    /// API requires the field).
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Sets the model's capabilities for every call, replacing the lookup of
+    /// [`ModelCapabilities::anthropic`] by name. The extended-thinking rules of the API
+    /// apply whatever the capabilities say.
+    pub fn capabilities(mut self, capabilities: ModelCapabilities) -> Self {
+        self.capabilities = Some(capabilities);
+        self
+    }
+
+    /// Builds the model. Without an API key no `x-api-key` header is sent (for
+    /// gateways that authenticate otherwise; see
+    /// [`header`](AnthropicModelBuilder::header)).
+    ///
+    /// # Errors
+    /// A [`BuildError`] of kind
+    /// [`InvalidConfig`](crate::BuildErrorKind::InvalidConfig) without a model name,
+    /// for a base URL that is not http(s), an invalid header, or when the HTTP client
+    /// cannot be created.
+    pub fn build(self) -> Result<AnthropicModel, BuildError> {
+        let model = self.endpoint.model_name()?;
+        let version = self.version.as_deref().unwrap_or(DEFAULT_VERSION);
+        let mut headers = vec![("anthropic-version".to_owned(), version.to_owned())];
+        if let Some(key) = &self.endpoint.api_key {
+            headers.push(("x-api-key".to_owned(), key.clone()));
+        }
+        headers.extend(self.endpoint.headers.iter().cloned());
+        let base = self.endpoint.base_url.as_deref().unwrap_or(DEFAULT_BASE);
+        let transport = Transport::new(base, "v1/messages", &headers, &self.endpoint.http)?;
+        Ok(AnthropicModel {
+            model,
+            max_tokens: self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            capabilities: self.capabilities,
+            transport,
+        })
+    }
+}
+
+impl Model for AnthropicModel {
+    fn name(&self) -> &str {
+        &self.model
+    }
+
+    fn provider(&self) -> &str {
+        "anthropic"
+    }
+
+    fn stream(&self, request: ModelRequest) -> ModelStream {
+        self.transport.stream(
+            self.request_body(&request),
+            &request.options.extra_headers,
+            AnthropicDecoder::for_request(&request),
+        )
+    }
+}
+
+/// The description of the tool that carries a [`ResponseFormat`](super::ResponseFormat)
+/// on this wire.
+const OUTPUT_TOOL_DESCRIPTION: &str = "Give your final answer by calling this tool: its input \
+     is the answer. Call it once, after any other tools you need.";
+
+/// The smallest thinking budget the API accepts.
+const MIN_THINKING_BUDGET: u32 = 1024;
+
+/// The options with what `caps` and the extended-thinking rules rule out dropped (and
+/// logged), and the thinking budget; or the option that cannot be made valid.
+fn applicable(
+    options: &GenerateOptions,
+    name: &str,
+    caps: ModelCapabilities,
+    tools: bool,
+) -> Result<(GenerateOptions, Option<u32>), ModelError> {
+    let bad = |m: String| ModelError::new(ModelErrorKind::BadRequest, m);
+    let mut o = options.clone();
+    let budget = match o.reasoning_effort.as_deref() {
+        None => None,
+        Some(effort) => thinking_budget(effort)?,
+    };
+    if !caps.sampling {
+        drop_sampling(
+            &mut o,
+            name,
+            "the model takes no sampling parameters",
+            false,
+        );
+    }
+    let Some(budget) = budget else {
+        return Ok((o, None));
+    };
+    if !caps.reasoning {
+        o.reasoning_effort = None;
+        dropped(
+            name,
+            "reasoning_effort",
+            "the model has no extended thinking",
+        );
+        return Ok((o, None));
+    }
+    if budget < MIN_THINKING_BUDGET {
+        return Err(bad(format!(
+            "reasoning_effort `{}` asks for a thinking budget of {budget} tokens; Anthropic \
+             requires at least {MIN_THINKING_BUDGET}",
+            options.reasoning_effort.as_deref().unwrap_or_default()
+        )));
+    }
+    if let Some(max) = o.max_tokens
+        && max <= budget
+    {
+        return Err(bad(format!(
+            "max_tokens {max} must be greater than the thinking budget of {budget} tokens \
+             (reasoning_effort `{}`)",
+            options.reasoning_effort.as_deref().unwrap_or_default()
+        )));
+    }
+    if tools
+        && matches!(
+            o.tool_choice,
+            Some(ToolChoice::Required | ToolChoice::Tool(_))
+        )
+    {
+        return Err(bad(
+            "tool_choice forces tool use, which Anthropic does not allow with extended \
+             thinking (reasoning_effort): use tool_choice auto or none, or no reasoning_effort"
+                .to_owned(),
+        ));
+    }
+    let why = "extended thinking is on (reasoning_effort)";
+    if o.temperature.take_if(|t| *t != 1.0).is_some() {
+        dropped(
+            name,
+            "temperature",
+            &format!("{why}, which requires temperature 1"),
+        );
+    }
+    if o.top_p.take_if(|p| !(0.95..=1.0).contains(p)).is_some() {
+        dropped(
+            name,
+            "top_p",
+            &format!("{why}, which requires top_p within 0.95..=1"),
+        );
+    }
+    if o.top_k.take().is_some() {
+        dropped(name, "top_k", &format!("{why}, which does not allow top_k"));
+    }
+    Ok((o, Some(budget)))
+}
+
+/// The thinking budget for a `reasoning_effort` value (`None` for `"none"`).
+fn thinking_budget(effort: &str) -> Result<Option<u32>, ModelError> {
+    Ok(Some(match effort.trim().to_ascii_lowercase().as_str() {
+        "none" => return Ok(None),
+        "minimal" | "low" => 1024,
+        "medium" => 4096,
+        "high" => 16384,
+        other => other.parse().map_err(|_| {
+            ModelError::new(
+                ModelErrorKind::BadRequest,
+                format!(
+                    "unknown reasoning_effort `{effort}` for Anthropic: use none, minimal, low, \
+                     medium, high or a number of thinking tokens"
+                ),
+            )
+        })?,
+    }))
+}
+
+fn tool_choice(choice: Option<&ToolChoice>, parallel: Option<bool>) -> Option<Value> {
+    let mut v = match choice {
+        None if parallel == Some(false) => json!({"type": "auto"}),
+        None => return None,
+        Some(ToolChoice::Auto) => json!({"type": "auto"}),
+        Some(ToolChoice::None) => json!({"type": "none"}),
+        Some(ToolChoice::Required) => json!({"type": "any"}),
+        Some(ToolChoice::Tool(name)) => json!({"type": "tool", "name": name}),
+        // A choice this version does not know: the API's default.
+        Some(_) => json!({"type": "auto"}),
+    };
+    if parallel == Some(false)
+        && let Some(obj) = v.as_object_mut()
+        && obj.get("type").and_then(Value::as_str) != Some("none")
+    {
+        obj.insert("disable_parallel_tool_use".into(), true.into());
+    }
+    Some(v)
+}
+
+/// The system text and the wire turns for `msgs`.
+fn messages(msgs: &Messages) -> (String, Vec<Value>) {
+    let mut system: Vec<String> = Vec::new();
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for m in msgs {
+        let (role, blocks) = match m.role {
+            Role::System => {
+                system.push(m.text());
+                continue;
+            }
+            Role::Assistant => ("assistant", assistant_blocks(m)),
+            Role::User | Role::Tool => ("user", user_blocks(m)),
+        };
+        if blocks.is_empty() {
+            continue;
+        }
+        match turns.last_mut() {
+            Some((last, b)) if *last == role => b.extend(blocks),
+            _ => turns.push((role, blocks)),
+        }
+    }
+    let turns = turns
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    (system.join("\n\n"), turns)
+}
+
+fn assistant_blocks(m: &Msg) -> Vec<Value> {
+    m.content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Thinking(t) => t
+                .signature
+                .as_ref()
+                .map(|sig| json!({"type": "thinking", "thinking": t.text, "signature": sig})),
+            ContentBlock::Text(t) if !t.is_empty() => Some(json!({"type": "text", "text": t})),
+            ContentBlock::ToolUse(u) => {
+                let input = if u.input.is_object() {
+                    u.input.clone()
+                } else {
+                    json!({})
+                };
+                Some(json!({"type": "tool_use", "id": u.id, "name": u.name, "input": input}))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Tool results first (the API wants them at the start of the turn), then text.
+fn user_blocks(m: &Msg) -> Vec<Value> {
+    let results = m.tool_results().into_iter().map(|r| {
+        let mut b = json!({"type": "tool_result", "tool_use_id": r.id, "content": r.content});
+        if r.is_error
+            && let Some(obj) = b.as_object_mut()
+        {
+            obj.insert("is_error".into(), true.into());
+        }
+        b
+    });
+    let texts = m.content.iter().filter_map(|b| match b {
+        ContentBlock::Text(t) if !t.is_empty() => Some(json!({"type": "text", "text": t})),
+        _ => None,
+    });
+    results.chain(texts).collect()
+}
+
+/// All input tokens of a `usage` object: uncached, cache writes and cache reads,
+/// summed with saturation (the counts come off the wire).
+fn input_tokens(usage: &Value) -> u64 {
+    u64_field(usage, "input_tokens")
+        .saturating_add(u64_field(usage, "cache_creation_input_tokens"))
+        .saturating_add(u64_field(usage, "cache_read_input_tokens"))
+}
+
+/// Decodes Messages API stream events.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct AnthropicDecoder {
+    /// Input tokens from `message_start`.
+    input_tokens: u64,
+    /// The name of the tool that carries the request's response format: its calls
+    /// come out as text.
+    output_tool: Option<String>,
+    /// The block index of the output tool's call in this turn.
+    output_block: Option<usize>,
+    /// Whether the turn called a tool other than the output tool.
+    other_tools: bool,
+}
+
+impl AnthropicDecoder {
+    /// A decoder for `request`'s stream (knows the response format's tool).
+    fn for_request(request: &ModelRequest) -> Self {
+        Self {
+            output_tool: request
+                .options
+                .response_format
+                .as_ref()
+                .map(|f| f.name.clone()),
+            ..Self::default()
+        }
+    }
+}
+
+impl Decoder for AnthropicDecoder {
+    fn decode(
+        &mut self,
+        event: &Event,
+        out: &mut VecDeque<ModelChunk>,
+    ) -> Result<Flow, ModelError> {
+        if event.event == "ping" || event.data.trim().is_empty() {
+            return Ok(Flow::More);
+        }
+        let data = event.data.as_str();
+        let v = parse_json(data)?;
+        let kind = str_field(&v, "type").unwrap_or(event.event.as_str());
+        let index = || {
+            v.get("index")
+                .and_then(Value::as_u64)
+                .and_then(|i| usize::try_from(i).ok())
+                .ok_or_else(|| malformed("no block index", data))
+        };
+        match kind {
+            "message_start" => {
+                let u = v
+                    .get("message")
+                    .and_then(|m| m.get("usage"))
+                    .unwrap_or(&Value::Null);
+                self.input_tokens = input_tokens(u);
+                out.push_back(ModelChunk::Usage(Usage {
+                    input_tokens: self.input_tokens,
+                    output_tokens: u64_field(u, "output_tokens"),
+                }));
+            }
+            "content_block_start" => {
+                let index = index()?;
+                let block = v.get("content_block").unwrap_or(&Value::Null);
+                match str_field(block, "type") {
+                    Some("text") => {
+                        if let Some(t) = str_field(block, "text") {
+                            out.push_back(ModelChunk::Text(t.to_owned()));
+                        }
+                    }
+                    Some("thinking") => {
+                        if let Some(t) = str_field(block, "thinking") {
+                            out.push_back(ModelChunk::Thinking(t.to_owned()));
+                        }
+                        if let Some(s) = str_field(block, "signature") {
+                            out.push_back(ModelChunk::ThinkingSignature(s.to_owned()));
+                        }
+                    }
+                    Some("tool_use") => {
+                        // Streamed input arrives as `input_json_delta`; a non-empty
+                        // `input` here is the whole input.
+                        let arguments = match block.get("input") {
+                            Some(Value::Object(o)) if !o.is_empty() => {
+                                Value::Object(o.clone()).to_string()
+                            }
+                            _ => String::new(),
+                        };
+                        if self.output_tool.is_some()
+                            && str_field(block, "name") == self.output_tool.as_deref()
+                        {
+                            // The structured answer: its input is the turn's text.
+                            self.output_block = Some(index);
+                            if !arguments.is_empty() {
+                                out.push_back(ModelChunk::Text(arguments));
+                            }
+                            return Ok(Flow::More);
+                        }
+                        self.other_tools = true;
+                        out.push_back(ModelChunk::ToolCall {
+                            index,
+                            id: str_field(block, "id").map(str::to_owned),
+                            name: str_field(block, "name").map(str::to_owned),
+                            arguments,
+                        });
+                    }
+                    _ => {}
+                }
+            }
+            "content_block_delta" => {
+                let index = index()?;
+                let delta = v.get("delta").unwrap_or(&Value::Null);
+                let text = |k: &str| str_field(delta, k).map(str::to_owned);
+                let chunk = match str_field(delta, "type") {
+                    Some("text_delta") => text("text").map(ModelChunk::Text),
+                    Some("thinking_delta") => text("thinking").map(ModelChunk::Thinking),
+                    Some("signature_delta") => text("signature").map(ModelChunk::ThinkingSignature),
+                    Some("input_json_delta") if self.output_block == Some(index) => {
+                        text("partial_json").map(ModelChunk::Text)
+                    }
+                    Some("input_json_delta") => {
+                        text("partial_json").map(|arguments| ModelChunk::ToolCall {
+                            index,
+                            id: None,
+                            name: None,
+                            arguments,
+                        })
+                    }
+                    _ => None,
+                };
+                out.extend(chunk);
+            }
+            "message_delta" => {
+                let delta = v.get("delta").unwrap_or(&Value::Null);
+                if let Some(reason) = str_field(delta, "stop_reason") {
+                    out.push_back(ModelChunk::Finish(match reason {
+                        "end_turn" | "stop_sequence" => FinishReason::Stop,
+                        // Only the output tool was called: the answer is complete.
+                        "tool_use" if self.output_block.is_some() && !self.other_tools => {
+                            FinishReason::Stop
+                        }
+                        "tool_use" => FinishReason::ToolCalls,
+                        "max_tokens" => FinishReason::Length,
+                        "refusal" => FinishReason::ContentFilter,
+                        other => FinishReason::Other(other.to_owned()),
+                    }));
+                }
+                if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+                    let input = input_tokens(u);
+                    if input > 0 {
+                        self.input_tokens = input;
+                    }
+                    out.push_back(ModelChunk::Usage(Usage {
+                        input_tokens: self.input_tokens,
+                        output_tokens: u64_field(u, "output_tokens"),
+                    }));
+                }
+            }
+            "message_stop" => return Ok(Flow::Done),
+            "error" => return Err(stream_error(v.get("error").unwrap_or(&Value::Null))),
+            // ping, content_block_stop and event types added later.
+            _ => {}
+        }
+        Ok(Flow::More)
+    }
+}

@@ -1,0 +1,165 @@
+//! rein's session stores on shared engines, for agents that run on several replicas.
+//!
+//! - [`RedisSessionStore`] (feature `redis`): one Redis hash per session, every save a
+//!   Lua compare-and-set on the version (and the lease's fence).
+//! - [`PostgresSessionStore`] (feature `postgres`): one row per session in a table created
+//!   by an idempotent migration, every save an `UPDATE … WHERE version = $expected`.
+//! - [`PostgresAuditSink`] (feature `postgres`): the audit records of every replica in one
+//!   table, one batched insert per batch off the call path.
+//!
+//! Both stores implement [`SessionStore`](rein_core::SessionStore),
+//! [`SessionAdmin`](rein_core::store::SessionAdmin) and
+//! [`SessionLeases`](rein_core::store::SessionLeases) with the same contract as the file
+//! and in-memory stores of `rein_core::store` (its module docs state the consistency
+//! model: versions, corrupt data, leases with fencing tokens, faults); one shared test
+//! suite runs against all four.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+/// The session store traits of an engine store, forwarding to its inherent methods.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+macro_rules! engine_store_traits {
+    ($ty:ty) => {
+        impl rein_core::SessionStore for $ty {
+            fn load(
+                &self,
+                key: &SessionKey,
+            ) -> impl Future<Output = Result<rein_core::store::StoredSession, StoreError>> + Send {
+                self.inner_load(key)
+            }
+
+            fn save(
+                &self,
+                key: &SessionKey,
+                messages: &[Msg],
+                expected_version: u64,
+            ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+                self.inner_save(key, messages, expected_version, None)
+            }
+        }
+
+        impl rein_core::store::SessionAdmin for $ty {
+            fn delete(
+                &self,
+                key: &SessionKey,
+            ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+                self.inner_delete(key)
+            }
+
+            fn list(
+                &self,
+                user_id: Option<&str>,
+            ) -> impl Future<Output = Result<Vec<SessionKey>, StoreError>> + Send {
+                self.inner_list(user_id)
+            }
+        }
+
+        impl rein_core::store::SessionLeases for $ty {
+            fn acquire(
+                &self,
+                key: &SessionKey,
+                ttl: std::time::Duration,
+                wait: std::time::Duration,
+            ) -> impl Future<Output = Result<rein_core::store::Lease, StoreError>> + Send {
+                self.inner_acquire(key, ttl, wait)
+            }
+
+            fn renew(&self, lease: &rein_core::store::Lease) -> impl Future<Output = Result<(), StoreError>> + Send {
+                self.inner_renew(lease)
+            }
+
+            fn release(
+                &self,
+                lease: &rein_core::store::Lease,
+            ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+                self.inner_release(lease)
+            }
+
+            fn save_fenced(
+                &self,
+                lease: &rein_core::store::Lease,
+                messages: &[Msg],
+                expected_version: u64,
+            ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+                self.inner_save(lease.key(), messages, expected_version, Some(lease))
+            }
+        }
+    };
+}
+
+#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod lease;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_audit;
+#[cfg(feature = "redis")]
+mod redis;
+
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use postgres::{PostgresSessionStore, PostgresSessionStoreBuilder};
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use postgres_audit::{PostgresAuditSink, PostgresAuditSinkBuilder};
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use redis::{RedisSessionStore, RedisSessionStoreBuilder};
+
+#[cfg(any(feature = "redis", feature = "postgres"))]
+use rein_core::Msg;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+use rein_core::store::{SessionKey, StoreError, StoreErrorKind};
+
+
+/// Implements [`SessionStore`](crate::SessionStore), [`SessionAdmin`] and
+/// [`SessionLeases`] for an engine store as thin wrappers over its inherent
+/// `inner_*` async fns.
+/// Names resolve where it is invoked, which imports the traits and types.
+/// The format marker the engine stores keep next to every session (as the file store
+/// does in its files).
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) const FORMAT: &str = "rein-session/1";
+
+/// A session key as one unambiguous string: the JSON array `[user or null, session]`.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) fn key_string(key: &SessionKey) -> String {
+    serde_json::json!([key.user_id, key.session_id]).to_string()
+}
+
+/// The JSON text of a history.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) fn encode_messages(key: &SessionKey, messages: &[Msg]) -> Result<String, StoreError> {
+    serde_json::to_string(messages).map_err(|e| {
+        StoreError::new(key, format!("cannot encode the conversation: {e}")).with_source(e)
+    })
+}
+
+/// The history in `text`, or a [`StoreErrorKind::Corrupt`] naming `where_`.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) fn decode_messages(
+    key: &SessionKey,
+    text: &[u8],
+    where_: &str,
+) -> Result<Vec<Msg>, StoreError> {
+    serde_json::from_slice(text).map_err(|e| {
+        StoreError::with_kind(
+            StoreErrorKind::Corrupt,
+            key,
+            format!("{where_} does not hold a rein conversation: {e}"),
+        )
+    })
+}
+
+/// A version as the engines' signed 64-bit integers, or an error naming the session.
+#[cfg(feature = "postgres")]
+pub(crate) fn to_i64(key: &SessionKey, what: &str, value: u64) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| {
+        StoreError::with_kind(
+            StoreErrorKind::Config,
+            key,
+            format!("the {what} {value} is beyond the store's range (i64::MAX)"),
+        )
+    })
+}

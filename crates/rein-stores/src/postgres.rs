@@ -1,0 +1,725 @@
+//! `PostgresSessionStore`: sessions in a PostgreSQL table, saved by a versioned
+//! `UPDATE`.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{
+    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
+};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row, Statement};
+
+use crate::lease::acquire_polling;
+use rein_core::store::{Lease, ttl_millis};
+use crate::{FORMAT, decode_messages, encode_messages, key_string, to_i64};
+use rein_core::store::{SessionKey, StoreError, StoreErrorKind, StoredSession, next_version};
+use rein_core::Msg;
+
+mod sql;
+
+use sql::Sql;
+
+/// The default table name.
+const DEFAULT_TABLE: &str = "rein_sessions";
+
+/// A [`SessionStore`] on PostgreSQL (feature `postgres`), with [`SessionAdmin`] and
+/// [`SessionLeases`].
+///
+/// # Tables
+/// With the table name `t` (default `rein_sessions`; lowercase letters, digits and `_`,
+/// optionally `schema.` first), [`PostgresSessionStoreBuilder::connect`] runs this
+/// idempotent migration (in one transaction, under an advisory lock, so replicas
+/// starting together do not race), unless [`PostgresSessionStoreBuilder::migrate`] is
+/// turned off:
+///
+/// ```sql
+/// CREATE TABLE IF NOT EXISTS t (
+///     session_key text PRIMARY KEY,          -- JSON array [user or null, session]
+///     user_id     text,
+///     session_id  text NOT NULL,
+///     version     bigint NOT NULL,           -- 1, 2, … (a missing row is version 0)
+///     fence       bigint NOT NULL DEFAULT 0, -- fence of the last fenced save
+///     format      text NOT NULL,             -- 'rein-session/1'
+///     messages    text NOT NULL,             -- the JSON history
+///     updated_at  timestamptz NOT NULL DEFAULT now()
+/// );
+/// CREATE INDEX IF NOT EXISTS t_user ON t (user_id, session_id);
+/// CREATE TABLE IF NOT EXISTS t_leases (
+///     session_key text PRIMARY KEY,
+///     token       text NOT NULL,
+///     fence       bigint NOT NULL,           -- +1 on every acquisition (a deleted row
+///                                            -- restarts above the session's saved fence)
+///     expires_at  timestamptz NOT NULL
+/// );
+/// ```
+///
+/// The history is `text`, not `jsonb`: `jsonb` rejects `\u0000` in strings, which a
+/// conversation may contain. A save is one statement, `UPDATE … WHERE session_key = $1
+/// AND version = $expected` (an `INSERT … ON CONFLICT DO NOTHING` for version 0); no
+/// row changed means a `Conflict` (or `Corrupt`, for a row whose format is not
+/// `rein-session/1`, which is never overwritten).
+///
+/// # Leases
+/// Leases are rows of `t_leases` with an expiry, not advisory locks: an advisory lock
+/// belongs to a database connection, and a pooled connection goes back to the pool (and
+/// to other tasks) between statements, so holding one for a call would pin a connection
+/// per running call; it has no TTL (a hung but connected replica would hold it forever)
+/// and no fencing token. A lease row works over any pooled connection (and through
+/// transaction-mode poolers), expires after its TTL by the server's clock, and its fence
+/// survives releases. A fenced save checks the lease row in the same statement
+/// (`FOR SHARE`, so a takeover waits for it).
+///
+/// # Connection
+/// The URL (`postgres://user:password@host:port/db`) comes from the builder, else
+/// `DATABASE_URL`, else the libpq variables `PGHOST` (required then), `PGPORT`,
+/// `PGUSER`, `PGPASSWORD`, `PGDATABASE`. Connections are plain TCP or Unix sockets (no
+/// TLS), pooled by `deadpool-postgres` (default 8); a connection that died with the
+/// server is replaced on the next call.
+#[derive(Clone)]
+pub struct PostgresSessionStore {
+    pool: Pool,
+    table: Arc<str>,
+    sql: Arc<Sql>,
+    /// The largest history saved or loaded, in bytes of its JSON.
+    max_bytes: usize,
+}
+
+impl fmt::Debug for PostgresSessionStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresSessionStore")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures and connects a [`PostgresSessionStore`]; from
+/// [`PostgresSessionStore::builder`].
+#[derive(Clone, Debug)]
+pub struct PostgresSessionStoreBuilder {
+    opts: PgOptions,
+    max_bytes: usize,
+}
+
+impl Default for PostgresSessionStoreBuilder {
+    fn default() -> Self {
+        Self {
+            opts: PgOptions::new(DEFAULT_TABLE, 8),
+            max_bytes: rein_core::store::DEFAULT_MAX_SESSION_BYTES,
+        }
+    }
+}
+
+/// Where and how a PostgreSQL-backed type connects (shared by the builders of the
+/// session store and the audit sink).
+#[derive(Clone, Debug)]
+pub(crate) struct PgOptions {
+    pub(crate) url: Option<String>,
+    pub(crate) table: String,
+    pub(crate) pool_size: usize,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) migrate: bool,
+}
+
+impl PgOptions {
+    pub(crate) fn new(table: &str, pool_size: usize) -> Self {
+        Self {
+            url: None,
+            table: table.to_owned(),
+            pool_size,
+            connect_timeout: Duration::from_secs(5),
+            migrate: true,
+        }
+    }
+}
+
+/// The setters of a builder holding `opts: PgOptions`; `$table` and `$pool` are the
+/// defaults the docs state, `$tables` what the migration creates.
+macro_rules! pg_builder_setters {
+    ($table:literal, $pool:literal, $tables:literal) => {
+        /// The connection URL. Default: `DATABASE_URL`, else the `PG*` variables.
+        #[must_use]
+        pub fn url(mut self, url: impl Into<String>) -> Self {
+            self.opts.url = Some(url.into());
+            self
+        }
+
+        #[doc = concat!("The table name (default `", $table, "`): lowercase letters, digits \
+            and `_` (not first), at most 48 bytes, optionally `schema.` first. Anything \
+            else fails [`connect`](Self::connect) (names are never interpolated unchecked).")]
+        #[must_use]
+        pub fn table(mut self, table: impl Into<String>) -> Self {
+            self.opts.table = table.into();
+            self
+        }
+
+        #[doc = concat!("The most connections kept open (default ", $pool, ").")]
+        #[must_use]
+        pub fn pool_size(mut self, size: usize) -> Self {
+            self.opts.pool_size = size.max(1);
+            self
+        }
+
+        /// How long opening one connection may take (default 5 s).
+        #[must_use]
+        pub fn connect_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.opts.connect_timeout = timeout;
+            self
+        }
+
+        #[doc = concat!("Whether [`connect`](Self::connect) creates ", $tables, " if missing \
+            (default `true`); turn off where the application's role may not create tables \
+            and the documented SQL was run by hand.")]
+        #[must_use]
+        pub fn migrate(mut self, migrate: bool) -> Self {
+            self.opts.migrate = migrate;
+            self
+        }
+    };
+}
+pub(crate) use pg_builder_setters;
+
+/// Whether `name` is a lowercase SQL identifier short enough for the derived names.
+fn valid_identifier(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b'a'..=b'z' | b'_'))
+        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_'))
+        && name.len() <= 48
+}
+
+impl PostgresSessionStoreBuilder {
+    pg_builder_setters!(
+        "rein_sessions",
+        8,
+        "the tables (the sessions' and `<table>_leases`)"
+    );
+
+    /// The largest session saved or loaded, in bytes of its JSON history (default
+    /// [`DEFAULT_MAX_SESSION_BYTES`](rein_core::store::DEFAULT_MAX_SESSION_BYTES), 32 MiB).
+    /// A larger save fails with [`StoreErrorKind::TooLarge`] and writes nothing; a
+    /// larger stored history fails its load the same way, and the server never sends it.
+    #[must_use]
+    pub fn max_session_bytes(mut self, bytes: usize) -> Self {
+        self.max_bytes = bytes;
+        self
+    }
+
+    /// Validates the table name, connects (so a wrong URL, password or database fails
+    /// here) and runs the migration.
+    ///
+    /// # Errors
+    /// [`StoreErrorKind::Config`] for an invalid table name, no or a malformed URL,
+    /// credentials the server rejects or a missing database;
+    /// [`StoreErrorKind::Unavailable`] when the server cannot be reached;
+    /// [`StoreErrorKind::Io`] when the migration fails.
+    pub async fn connect(self) -> Result<PostgresSessionStore, StoreError> {
+        let (pool, client) = open_pool(&self.opts).await?;
+        let sql = Sql::new(&self.opts.table);
+        if self.opts.migrate {
+            client
+                .batch_execute(&sql.migrate)
+                .await
+                .map_err(|e| pg_error(None, "creating the session tables", &e))?;
+        }
+        drop(client);
+        Ok(PostgresSessionStore {
+            pool,
+            table: self.opts.table.into(),
+            sql: Arc::new(sql),
+            max_bytes: self.max_bytes,
+        })
+    }
+}
+
+/// Validates `table` (lowercase identifiers, optionally `schema.` first), builds a
+/// pool of `pool_size` connections and connects once (so a wrong URL, password or
+/// database fails here); returns the pool and that connection.
+pub(crate) async fn open_pool(opts: &PgOptions) -> Result<(Pool, Object), StoreError> {
+    let (table, pool_size, connect_timeout) = (&opts.table, opts.pool_size, opts.connect_timeout);
+    let config_error = |m: String| StoreError::unkeyed(StoreErrorKind::Config, m);
+    let valid = match table.split_once('.') {
+        Some((schema, name)) => valid_identifier(schema) && valid_identifier(name),
+        None => valid_identifier(table),
+    };
+    if !valid {
+        return Err(config_error(format!(
+            "invalid table name {table:?}: use lowercase letters, digits and `_` (not first), \
+             at most 48 bytes, optionally `schema.` first"
+        )));
+    }
+    let mut config = pg_config(opts.url.clone())?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(connect_timeout);
+    }
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let pool = Pool::builder(manager)
+        .max_size(pool_size)
+        .runtime(Runtime::Tokio1)
+        .create_timeout(Some(connect_timeout))
+        .wait_timeout(Some(connect_timeout * 2))
+        .build()
+        .map_err(|e| config_error(format!("cannot build the PostgreSQL pool: {e}")))?;
+    let client = pool
+        .get()
+        .await
+        .map_err(|e| pool_error(None, "connecting to PostgreSQL", e))?;
+    Ok((pool, client))
+}
+
+/// The connection configuration from the URL, `DATABASE_URL` or the `PG*` variables.
+fn pg_config(url: Option<String>) -> Result<tokio_postgres::Config, StoreError> {
+    let url = url.or_else(|| std::env::var("DATABASE_URL").ok());
+    if let Some(url) = url {
+        return url.parse().map_err(|e: tokio_postgres::Error| {
+            StoreError::unkeyed(
+                StoreErrorKind::Config,
+                format!("the PostgreSQL URL is not valid: {e}"),
+            )
+        });
+    }
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let Some(host) = var("PGHOST") else {
+        return Err(StoreError::unkeyed(
+            StoreErrorKind::Config,
+            "no PostgreSQL URL: pass one to PostgresSessionStoreBuilder::url, or set \
+             DATABASE_URL or PGHOST (with PGPORT, PGUSER, PGPASSWORD, PGDATABASE)",
+        ));
+    };
+    let mut config = tokio_postgres::Config::new();
+    config.host(&host);
+    if let Some(port) = var("PGPORT") {
+        let port = port.parse().map_err(|_| {
+            StoreError::unkeyed(
+                StoreErrorKind::Config,
+                format!("PGPORT={port:?} is not a port"),
+            )
+        })?;
+        config.port(port);
+    }
+    let user = var("PGUSER")
+        .or_else(|| var("USER"))
+        .unwrap_or_else(|| "postgres".to_owned());
+    config.dbname(var("PGDATABASE").unwrap_or_else(|| user.clone()));
+    config.user(user);
+    if let Some(password) = var("PGPASSWORD") {
+        config.password(password);
+    }
+    Ok(config)
+}
+
+/// The kind of a PostgreSQL failure by its SQLSTATE (credentials, missing database or
+/// table, privileges: `Config`; shutdown: `Unavailable`) or, without one, by whether
+/// the connection is gone (`Unavailable`).
+fn pg_kind(e: &tokio_postgres::Error) -> StoreErrorKind {
+    if let Some(code) = e.code() {
+        let config = [
+            SqlState::INVALID_PASSWORD,
+            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            SqlState::INVALID_CATALOG_NAME,
+            SqlState::UNDEFINED_TABLE,
+            SqlState::INSUFFICIENT_PRIVILEGE,
+        ];
+        let down = [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::TOO_MANY_CONNECTIONS,
+        ];
+        if config.contains(code) {
+            return StoreErrorKind::Config;
+        }
+        if down.contains(code) {
+            return StoreErrorKind::Unavailable;
+        }
+        return StoreErrorKind::Io;
+    }
+    let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+    if e.is_closed() || io {
+        StoreErrorKind::Unavailable
+    } else {
+        StoreErrorKind::Io
+    }
+}
+
+fn keyed(key: Option<&SessionKey>, kind: StoreErrorKind, message: String) -> StoreError {
+    match key {
+        Some(key) => StoreError::with_kind(kind, key, message),
+        None => StoreError::unkeyed(kind, message),
+    }
+}
+
+pub(crate) fn pg_error(
+    key: Option<&SessionKey>,
+    what: &str,
+    e: &tokio_postgres::Error,
+) -> StoreError {
+    let detail = match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.severity(), db.message()),
+        None => match std::error::Error::source(e) {
+            Some(source) => format!("{e}: {source}"),
+            None => e.to_string(),
+        },
+    };
+    keyed(
+        key,
+        pg_kind(e),
+        format!("PostgreSQL: {what} failed: {detail}"),
+    )
+}
+
+pub(crate) fn pool_error(key: Option<&SessionKey>, what: &str, e: PoolError) -> StoreError {
+    match e {
+        PoolError::Backend(e) => pg_error(key, what, &e),
+        PoolError::Timeout(t) => keyed(
+            key,
+            StoreErrorKind::Unavailable,
+            format!("PostgreSQL: {what} failed: no connection within the timeout ({t:?})"),
+        ),
+        other => keyed(
+            key,
+            StoreErrorKind::Other,
+            format!("PostgreSQL: {what} failed: {other}"),
+        ),
+    }
+}
+
+fn corrupt(key: &SessionKey, why: &str) -> StoreError {
+    StoreError::with_kind(
+        StoreErrorKind::Corrupt,
+        key,
+        format!("the stored row is not a rein session ({why}); it is never overwritten"),
+    )
+}
+
+impl PostgresSessionStore {
+    /// A builder (URL from `DATABASE_URL` / `PG*` unless given, table `rein_sessions`).
+    pub fn builder() -> PostgresSessionStoreBuilder {
+        PostgresSessionStoreBuilder::default()
+    }
+
+    /// Connects to `url` with the default settings (and runs the migration).
+    ///
+    /// # Errors
+    /// As [`PostgresSessionStoreBuilder::connect`].
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::builder().url(url).connect().await
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    async fn client(&self, key: Option<&SessionKey>) -> Result<Object, StoreError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| pool_error(key, "getting a connection", e))
+    }
+
+    /// A pooled connection and `sql` prepared on it (once per connection).
+    async fn prepared(
+        &self,
+        key: Option<&SessionKey>,
+        what: &str,
+        sql: &str,
+    ) -> Result<(Object, Statement), StoreError> {
+        let client = self.client(key).await?;
+        let statement = client
+            .prepare_cached(sql)
+            .await
+            .map_err(|e| pg_error(key, what, &e))?;
+        Ok((client, statement))
+    }
+
+    /// Runs a statement and returns its rows.
+    async fn query(
+        &self,
+        key: Option<&SessionKey>,
+        what: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        let (client, statement) = self.prepared(key, what, sql).await?;
+        client
+            .query(&statement, params)
+            .await
+            .map_err(|e| pg_error(key, what, &e))
+    }
+
+    /// Runs a statement and returns how many rows it changed.
+    async fn execute(
+        &self,
+        key: Option<&SessionKey>,
+        what: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        let (client, statement) = self.prepared(key, what, sql).await?;
+        client
+            .execute(&statement, params)
+            .await
+            .map_err(|e| pg_error(key, what, &e))
+    }
+
+    async fn inner_load(&self, key: &SessionKey) -> Result<StoredSession, StoreError> {
+        rein_core::store::check_key(key)?;
+        let k = key_string(key);
+        let max = i64::try_from(self.max_bytes).unwrap_or(i64::MAX);
+        let rows = self
+            .query(
+                Some(key),
+                "loading the session",
+                &self.sql.load,
+                &[&k, &max],
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(StoredSession::default());
+        };
+        let decode = |e: tokio_postgres::Error| corrupt(key, &e.to_string());
+        let format: String = row.try_get(0).map_err(decode)?;
+        let version: i64 = row.try_get(1).map_err(decode)?;
+        let size: i64 = row.try_get(3).map_err(decode)?;
+        let Some(messages) = row.try_get::<_, Option<String>>(2).map_err(decode)? else {
+            return Err(rein_core::store::too_large(
+                key,
+                "loading",
+                u64::try_from(size).unwrap_or(0),
+                self.max_bytes,
+            ));
+        };
+        if format != FORMAT {
+            return Err(corrupt(key, &format!("format `{format}`")));
+        }
+        let version = u64::try_from(version)
+            .ok()
+            .filter(|v| *v > 0)
+            .ok_or_else(|| corrupt(key, &format!("version {version}")))?;
+        let messages = decode_messages(key, messages.as_bytes(), "the session row")?;
+        Ok(StoredSession::new(messages, version))
+    }
+
+    async fn inner_save(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
+        expected: u64,
+        lease: Option<&Lease>,
+    ) -> Result<u64, StoreError> {
+        rein_core::store::check_key(key)?;
+        rein_core::store::check_storable(key, messages)?;
+        let version = next_version(key, expected)?;
+        let new = to_i64(key, "version", version)?;
+        let old = to_i64(key, "version", expected)?;
+        let payload = encode_messages(key, messages)?;
+        rein_core::store::check_size(key, payload.as_bytes(), self.max_bytes)?;
+        let k = key_string(key);
+        let changed = match lease {
+            None if expected == 0 => {
+                let params: [&(dyn ToSql + Sync); 4] =
+                    [&k, &key.user_id, &key.session_id, &payload];
+                self.execute(Some(key), "saving the session", &self.sql.insert, &params)
+                    .await?
+            }
+            None => {
+                let params: [&(dyn ToSql + Sync); 4] = [&k, &old, &new, &payload];
+                self.execute(Some(key), "saving the session", &self.sql.update, &params)
+                    .await?
+            }
+            Some(lease) => {
+                let fence = to_i64(key, "fence", lease.fence())?;
+                let token = lease.token();
+                let (sql, params): (&str, [&(dyn ToSql + Sync); 6]) = if expected == 0 {
+                    let p: [&(dyn ToSql + Sync); 6] =
+                        [&k, &key.user_id, &key.session_id, &payload, &token, &fence];
+                    (&self.sql.insert_fenced, p)
+                } else {
+                    (
+                        &self.sql.update_fenced,
+                        [&k, &old, &new, &payload, &token, &fence],
+                    )
+                };
+                self.execute(Some(key), "saving the session", sql, &params)
+                    .await?
+            }
+        };
+        if changed == 1 {
+            return Ok(version);
+        }
+        Err(self.why_not_saved(key, &k, expected, lease).await)
+    }
+
+    /// Why a save changed no row: the lease, a corrupt row, a later fence or the version.
+    async fn why_not_saved(
+        &self,
+        key: &SessionKey,
+        k: &String,
+        expected: u64,
+        lease: Option<&Lease>,
+    ) -> StoreError {
+        let lost = |why: &str| {
+            StoreError::with_kind(
+                StoreErrorKind::LeaseLost,
+                key,
+                format!("nothing saved: {why}"),
+            )
+        };
+        if let Some(lease) = lease {
+            let token = lease.token();
+            match self
+                .query(
+                    Some(key),
+                    "checking the lease",
+                    &self.sql.lease_held,
+                    &[k, &token],
+                )
+                .await
+            {
+                Ok(rows) if rows.is_empty() => {
+                    return lost("the lease expired or another holder took the session over");
+                }
+                Ok(_) => {}
+                Err(e) => return e,
+            }
+        }
+        let rows = match self
+            .query(
+                Some(key),
+                "reading the stored version",
+                &self.sql.probe,
+                &[k],
+            )
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => return e,
+        };
+        let Some(row) = rows.first() else {
+            return StoreError::conflict(key, expected, 0);
+        };
+        let format: String = row.try_get(0).unwrap_or_default();
+        let version: i64 = row.try_get(1).unwrap_or(0);
+        let fence: i64 = row.try_get(2).unwrap_or(0);
+        if format != FORMAT {
+            return corrupt(key, &format!("format `{format}`"));
+        }
+        if let Some(lease) = lease
+            && u64::try_from(fence).unwrap_or(0) > lease.fence()
+        {
+            return lost(&format!(
+                "a later lease (fence {fence}) already saved the session"
+            ));
+        }
+        StoreError::conflict(key, expected, u64::try_from(version).unwrap_or(0))
+    }
+
+    async fn inner_delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
+        let k = key_string(key);
+        let n = self
+            .execute(Some(key), "deleting the session", &self.sql.delete, &[&k])
+            .await?;
+        Ok(n > 0)
+    }
+
+    async fn inner_list(&self, user_id: Option<&str>) -> Result<Vec<SessionKey>, StoreError> {
+        let rows = match user_id {
+            Some(user) => {
+                self.query(None, "listing the sessions", &self.sql.list_user, &[&user])
+                    .await?
+            }
+            None => {
+                self.query(None, "listing the sessions", &self.sql.list_none, &[])
+                    .await?
+            }
+        };
+        rows.iter()
+            .map(|row| {
+                row.try_get::<_, String>(0)
+                    .map(|id| SessionKey::new(user_id, &id))
+                    .map_err(|e| pg_error(None, "listing the sessions", &e))
+            })
+            .collect()
+    }
+
+    async fn inner_acquire(
+        &self,
+        key: &SessionKey,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lease, StoreError> {
+        rein_core::store::check_key(key)?;
+        let k = key_string(key);
+        acquire_polling(key, ttl, wait, |token, ttl_ms| {
+            let k = &k;
+            async move {
+                // At most 86,400,000 ms: exact as a float.
+                let ms = ttl_ms as f64;
+                let rows = self
+                    .query(
+                        Some(key),
+                        "acquiring the lease",
+                        &self.sql.acquire,
+                        &[k, &token, &ms],
+                    )
+                    .await?;
+                Ok(match rows.first() {
+                    Some(row) => {
+                        let fence: i64 = row
+                            .try_get(0)
+                            .map_err(|e| pg_error(Some(key), "acquiring the lease", &e))?;
+                        Some(u64::try_from(fence).unwrap_or(0))
+                    }
+                    None => None,
+                })
+            }
+        })
+        .await
+    }
+
+    async fn inner_renew(&self, lease: &Lease) -> Result<(), StoreError> {
+        let key = lease.key();
+        let ms = ttl_millis(key, lease.ttl())? as f64;
+        let (k, token) = (key_string(key), lease.token());
+        let n = self
+            .execute(
+                Some(key),
+                "renewing the lease",
+                &self.sql.renew,
+                &[&k, &token, &ms],
+            )
+            .await?;
+        if n == 0 {
+            return Err(StoreError::with_kind(
+                StoreErrorKind::LeaseLost,
+                key,
+                "the lease expired or another holder took the session over",
+            ));
+        }
+        Ok(())
+    }
+
+    async fn inner_release(&self, lease: &Lease) -> Result<bool, StoreError> {
+        let key = lease.key();
+        let (k, token) = (key_string(key), lease.token());
+        let n = self
+            .execute(
+                Some(key),
+                "releasing the lease",
+                &self.sql.release,
+                &[&k, &token],
+            )
+            .await?;
+        Ok(n > 0)
+    }
+}
+
+engine_store_traits!(PostgresSessionStore);
