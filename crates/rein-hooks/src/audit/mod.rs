@@ -614,8 +614,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use rein_core::hook::EventMeta;
-    use rein_core::{AgentInfo, RunContext, ToolUse};
+    use rein_core::ToolUse;
 
     /// The hook future is erased inline (no allocation per event) when it fits the
     /// chain's 64-byte slot: no record may be held across its await.
@@ -626,22 +625,11 @@ mod tests {
             SensitiveDataMasker::default(),
             Arc::new(MemoryAuditSink::new()),
         );
-        let info = Arc::new(AgentInfo {
-            id: "a".into(),
-            name: "a".into(),
-            parent_id: None,
-            depth: 0,
-        });
-        let meta = EventMeta::new(
-            &info,
-            &RunContext::new(),
-            Arc::from(Vec::new()),
-            Default::default(),
-        );
-        let mut event = HookEvent::PreActing(PreActingEvent::new(
-            meta,
-            ToolUse::new("1", "x", serde_json::json!({})),
-        ));
+        let harness = rein_core::testing::HookHarness::new(
+            rein_core::hook_fn(Interest::NONE, |_: &mut HookEvent| Ok(())),
+        )
+        .unwrap();
+        let mut event = harness.pre_acting(ToolUse::new("1", "x", serde_json::json!({})));
         let fut = Hook::on_event(&hook, &mut event);
         assert!(
             std::mem::size_of_val(&fut) <= 64,
