@@ -1,6 +1,7 @@
 //! The JSONL audit sink against hostile file systems: a pipe nobody reads, a target that
 //! fails part-way and recovers, a torn last line left by a crash, and SIGKILL at random
-//! moments (the child is the `rein-audit-crash-child` binary, as in `crash.rs`).
+//! moments (the child is the `#[ignore]`d worker `audit_crash_child_worker`, re-run by
+//! `support::worker` as in `session::crash`).
 
 use std::io::Write;
 use std::process::Command;
@@ -14,13 +15,10 @@ use rein::hooks::{
 };
 use rein::*;
 
+use crate::support::crash::record_line;
 use crate::support::rng::XorShift;
-use crate::support::worker::run_until_killed;
+use crate::support::worker::{run_until_killed, worker};
 use crate::support::*;
-
-#[path = "../../bin/audit_crash_shared.rs"]
-mod audit_crash_shared;
-use audit_crash_shared::record_line;
 
 fn hook(sink: JsonlAuditSink, capacity: usize, on_full: QueueFull) -> Arc<AuditHook> {
     Arc::new(AuditHook::new(
@@ -279,7 +277,7 @@ async fn a_batch_on_a_file_writes_one_line_per_record_in_order_under_every_polic
 }
 
 fn record(seq: u64) -> AuditRecord {
-    audit_crash_shared::record(seq).unwrap()
+    crate::support::crash::record(seq).unwrap()
 }
 
 #[tokio::test]
@@ -315,8 +313,50 @@ async fn a_torn_last_line_is_kept_apart_and_never_merged_with_the_next_record() 
     assert!(text.ends_with(&format!("{}\n", record_line(5))));
 }
 
-/// The child process: `tests/bin/audit_crash_child.rs`.
-const CHILD: &str = env!("CARGO_BIN_EXE_rein-audit-crash-child");
+/// The worker test of the child process.
+const CHILD: &str = "hooks::audit_jsonl::audit_crash_child_worker";
+
+/// The child process (`REIN_AUDIT_CRASH_FILE` set): appends audit records to that JSONL
+/// file through a [`JsonlAuditSink`] with `EveryRecord` durability, numbering on from
+/// the file's last complete record, in batches of 1 to 7 records
+/// (`AuditSink::write_batch`: one write and one sync each), forever, printing `ack <seq>`
+/// for each record once its batch resolved. The test kills it with SIGKILL at random
+/// moments.
+#[test]
+#[ignore = "a worker process of sigkill_at_random_moments_loses_no_acknowledged_record_and_merges_no_lines"]
+fn audit_crash_child_worker() -> Result<(), Box<dyn std::error::Error>> {
+    let Some(path) = std::env::var_os("REIN_AUDIT_CRASH_FILE") else {
+        return Ok(());
+    };
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let last = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<AuditRecord>(l).ok())
+        .map(|r| r.ts_ms)
+        .max()
+        .unwrap_or(0);
+    let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    let sink = JsonlAuditSink::open_with(&path, Durability::EveryRecord)?;
+    let mut out = std::io::stdout().lock();
+    let mut seq = last + 1;
+    loop {
+        let batch: Vec<u64> = (seq..seq + 1 + seq % 7).collect();
+        seq += batch.len() as u64;
+        let records = batch
+            .iter()
+            .map(|&n| crate::support::crash::record(n))
+            .collect::<Result<_, _>>()?;
+        let results = rt.block_on(sink.write_batch(records));
+        if results.len() != batch.len() {
+            return Err(format!("{} results for {} records", results.len(), batch.len()).into());
+        }
+        for (n, result) in batch.iter().zip(results) {
+            result?;
+            writeln!(out, "ack {n}")?;
+        }
+        out.flush()?;
+    }
+}
 
 #[test]
 fn sigkill_at_random_moments_loses_no_acknowledged_record_and_merges_no_lines() {
@@ -334,8 +374,8 @@ fn sigkill_at_random_moments_loses_no_acknowledged_record_and_merges_no_lines() 
     let mut acked = Vec::new();
     let started = Instant::now();
     for round in 0..rounds {
-        let mut child = Command::new(CHILD);
-        child.arg(&path);
+        let mut child = worker(CHILD);
+        child.env("REIN_AUDIT_CRASH_FILE", &path);
         let out = run_until_killed(child, Duration::from_millis(30 + rng.below(120)));
         acked.extend(
             out.lines()

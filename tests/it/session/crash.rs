@@ -2,27 +2,66 @@
 //! parent kills it with SIGKILL at random moments and checks that every session file is
 //! a complete version — the last acknowledged one or the one after it — never torn.
 //!
-//! The child is the binary `rein-crash-child` (`tests/bin/crash_child.rs`, a `[[bin]]`
-//! Cargo builds for the integration tests), given the session directory as its argument.
+//! The child is this test binary re-run on the `#[ignore]`d worker
+//! `session::crash::crash_child_worker` (`support::worker`), given the session directory
+//! in `REIN_CRASH_CHILD_DIR`.
 //! Local files only; bounded by `REIN_CRASH_ROUNDS` kills (default 25). Print the figures
 //! with `cargo test --test it session::crash -- --nocapture`.
 
 use std::collections::HashMap;
-use std::process::Command;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use rein::*;
 
+use futures::FutureExt;
+
+use crate::support::crash::{SESSIONS, crash_key, expected};
 use crate::support::rng::XorShift;
-use crate::support::worker::run_until_killed;
+use crate::support::worker::{run_until_killed, worker};
 use crate::support::*;
 
-#[path = "../../bin/crash_shared.rs"]
-mod crash_shared;
-use crash_shared::{SESSIONS, crash_key, expected};
+/// The worker test of the child process.
+const CHILD: &str = "session::crash::crash_child_worker";
 
-/// The child binary, built by Cargo for this test target.
-const CHILD: &str = env!("CARGO_BIN_EXE_rein-crash-child");
+/// The child process (`REIN_CRASH_CHILD_DIR` set): saves the sessions of
+/// `support::crash` round-robin through a `FileSessionStore` in that directory, forever,
+/// printing `ack <session> <version>` after each save returned. The test kills it with
+/// SIGKILL at random moments.
+#[test]
+#[ignore = "a worker process of sigkill_at_random_moments_never_leaves_a_torn_session_file"]
+fn crash_child_worker() -> Result<(), Box<dyn std::error::Error>> {
+    let Some(dir) = std::env::var_os("REIN_CRASH_CHILD_DIR") else {
+        return Ok(());
+    };
+    let store = FileSessionStore::open(dir)?;
+    // No runtime: the store does its file I/O inline, so every future is ready at once.
+    let now = |what: &str| format!("the store's {what} future was not ready at once");
+    let mut versions = Vec::with_capacity(SESSIONS);
+    for i in 0..SESSIONS {
+        let loaded = store
+            .load(&crash_key(i))
+            .now_or_never()
+            .ok_or(now("load"))??;
+        versions.push(loaded.version);
+    }
+    let mut out = std::io::stdout().lock();
+    for round in 0.. {
+        let i = round % SESSIONS;
+        let next = versions[i] + 1;
+        let saved = store
+            .save(&crash_key(i), &expected(i, next), versions[i])
+            .now_or_never()
+            .ok_or(now("save"))??;
+        if saved != next {
+            return Err(format!("session {i}: saved version {saved}, expected {next}").into());
+        }
+        versions[i] = saved;
+        writeln!(out, "ack {i} {saved}")?;
+        out.flush()?;
+    }
+    Ok(())
+}
 
 #[test]
 fn sigkill_at_random_moments_never_leaves_a_torn_session_file() {
@@ -47,8 +86,8 @@ fn sigkill_at_random_moments_never_leaves_a_torn_session_file() {
     let started = Instant::now();
     for round in 0..rounds {
         let round_start = std::time::SystemTime::now();
-        let mut child = Command::new(CHILD);
-        child.arg(dir.path());
+        let mut child = worker(CHILD);
+        child.env("REIN_CRASH_CHILD_DIR", dir.path());
         let out = run_until_killed(child, Duration::from_millis(20 + rng.below(120)));
         for line in out.lines() {
             // One write per line, shorter than PIPE_BUF: a kill never tears an ack.

@@ -7,14 +7,16 @@
 //!   `SKIPPED: <test> needs <service> (…)` line, and fails the test under `CI=true`;
 //! - [`worker`]: the one child-process mechanism — re-running this test binary on exactly
 //!   one (usually `#[ignore]`d) worker test, and killing children with SIGKILL;
-//! - [`subagents`], [`capture`], [`rng`], `mcp`: declarations and delegation calls,
-//!   captured tracing output, a tiny deterministic PRNG, the hostile MCP server.
+//! - [`subagents`], [`capture`], [`rng`], [`crash`], `mcp`: declarations and delegation
+//!   calls, captured tracing output, a tiny deterministic PRNG, what the crash tests'
+//!   workers write, the hostile MCP server.
 //!
 //! Property tests keep proptest's default failure persistence (`SourceParallel`): the
 //! seeds of `tests/it/<group>/<file>.rs` are in `tests/proptest-regressions/<group>/
 //! <file>.txt`, the one regressions folder.
 
 pub mod capture;
+pub mod crash;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod rng;

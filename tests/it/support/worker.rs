@@ -13,7 +13,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 /// A command that re-runs this test binary on exactly the test `path` (ignored or not),
-/// its output not captured, alone.
+/// its output not captured, alone. The terse format keeps libtest's `test <name> ... `
+/// off the worker's first line: every line the worker prints starts a line.
 pub fn worker(path: &str) -> Command {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command.args([
@@ -22,6 +23,7 @@ pub fn worker(path: &str) -> Command {
         "--include-ignored",
         "--nocapture",
         "--test-threads=1",
+        "--format=terse",
     ]);
     command
 }
