@@ -23,7 +23,7 @@ use rein::hooks::{
 use rein::*;
 use serde_json::json;
 
-use crate::crash::XorShift;
+use crate::support::rng::XorShift;
 use crate::support::*;
 
 /// What a call asks for; the model, the tool and the hooks read it from the input.

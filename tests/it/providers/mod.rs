@@ -1,0 +1,22 @@
+//! Model providers: the OpenAI and Anthropic wire formats against a mock HTTP server
+//! (`mock`), capabilities, transport (retries, timeouts), hostile providers, structured
+//! output, streaming, and a real model server when one is running.
+
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod agent;
+#[cfg(feature = "anthropic")]
+mod anthropic;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod capabilities;
+#[cfg(all(feature = "openai", feature = "anthropic"))]
+mod hostile;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod mock;
+#[cfg(feature = "openai")]
+mod openai;
+#[cfg(feature = "openai")]
+mod real_model;
+mod streaming;
+mod structured_output;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod transport;

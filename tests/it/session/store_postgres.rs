@@ -1,0 +1,267 @@
+//! `PostgresSessionStore` against a real PostgreSQL (`scripts/test-servers` starts a
+//! throwaway cluster and exports `REIN_POSTGRES_URL`; `.ci/run` calls it): the shared
+//! store and lease contracts, the migration, bad configuration, and a server that is
+//! stopped and restarted.
+//!
+//! Without `REIN_POSTGRES_URL` the tests fail under `CI=true` and are skipped, saying so,
+//! elsewhere.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use rein::store::PostgresSessionStore;
+use rein::*;
+use tokio::time::Instant;
+
+use crate::session::store_contract::{Harness, lease_contract, server_url, store_contract};
+use crate::session::store_redis::closed_port;
+
+const ENV: &str = "REIN_POSTGRES_URL";
+
+/// The test server's URL, or `None` (outside CI) to skip.
+pub fn postgres_url() -> Option<String> {
+    server_url(ENV, "PostgreSQL")
+}
+
+/// A table name no other test (or run) uses.
+pub fn fresh_table() -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "it_{}_{}_{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+async fn connect(url: &str, table: &str) -> PostgresSessionStore {
+    PostgresSessionStore::builder()
+        .url(url)
+        .table(table)
+        .pool_size(4)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// A plain client, for writing what the store would not.
+pub async fn raw(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+pub fn harness(url: &str) -> Harness<PostgresSessionStore> {
+    harness_in(url, &fresh_table())
+}
+
+/// A harness on `table` (another process can share it).
+pub fn harness_in(url: &str, table: &str) -> Harness<PostgresSessionStore> {
+    let table = table.to_owned();
+    let (make_url, make_table) = (url.to_owned(), table.clone());
+    let corrupt_url = url.to_owned();
+    Harness::new(move || {
+        let (url, table) = (make_url.clone(), make_table.clone());
+        async move { connect(&url, &table).await }
+    })
+    .with_corrupt(move |key| {
+        let (url, table) = (corrupt_url.clone(), table.clone());
+        async move {
+            let key_text = serde_json::json!([key.user_id, key.session_id]).to_string();
+            let n = raw(&url)
+                .await
+                .execute(
+                    &format!(
+                        "UPDATE {table} SET format = 'not-rein', messages = '{{ garbage' \
+                         WHERE session_key = $1"
+                    ),
+                    &[&key_text],
+                )
+                .await
+                .unwrap();
+            assert_eq!(n, 1);
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_store_passes_the_shared_store_contract() {
+    let Some(url) = postgres_url() else { return };
+    store_contract(&harness(&url)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_store_passes_the_shared_lease_contract() {
+    let Some(url) = postgres_url() else { return };
+    lease_contract(&harness(&url)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_migration_is_idempotent_and_safe_for_replicas_starting_together() {
+    let Some(url) = postgres_url() else { return };
+    let table = fresh_table();
+    let stores = futures::future::join_all((0..4).map(|_| connect(&url, &table))).await;
+    let key = SessionKey::new(None, "migrated");
+    stores[0].save(&key, &[Msg::user("hi")], 0).await.unwrap();
+    // Connecting again (migration again) keeps the data.
+    let again = connect(&url, &table).await;
+    assert_eq!(again.load(&key).await.unwrap().version, 1);
+    // With the migration off, a missing table is a Config error naming the session.
+    let store = PostgresSessionStore::builder()
+        .url(&url)
+        .table(fresh_table())
+        .migrate(false)
+        .connect()
+        .await
+        .unwrap();
+    let err = store.load(&key).await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Config, "{err}");
+    assert!(err.to_string().contains("migrated"), "{err}");
+}
+
+#[tokio::test]
+async fn a_postgres_row_with_an_undecodable_history_is_corrupt_on_load() {
+    let Some(url) = postgres_url() else { return };
+    let table = fresh_table();
+    let store = connect(&url, &table).await;
+    let key = SessionKey::new(Some("u"), "bad-history");
+    store.save(&key, &[Msg::user("hi")], 0).await.unwrap();
+    raw(&url)
+        .await
+        .execute(
+            &format!("UPDATE {table} SET messages = '[{{\"not\": 1}}]'"),
+            &[],
+        )
+        .await
+        .unwrap();
+    let err = store.load(&key).await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Corrupt, "{err}");
+    assert!(err.to_string().contains("u/bad-history"), "{err}");
+}
+
+#[tokio::test]
+async fn invalid_table_names_are_refused_before_any_sql_runs() {
+    for name in [
+        "",
+        "Sessions",
+        "1st",
+        "a-b",
+        "x; DROP TABLE y",
+        "a.b.c",
+        "\"q\"",
+        &"x".repeat(49),
+    ] {
+        // The URL points nowhere: the name is checked first.
+        let err = PostgresSessionStore::builder()
+            .url("postgres://nobody@127.0.0.1:1/none")
+            .table(name)
+            .connect()
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), StoreErrorKind::Config, "{name:?}: {err}");
+        assert!(err.to_string().contains("table name"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_postgres_password_or_database_is_a_config_error_and_a_closed_port_is_unavailable()
+{
+    let Some(url) = postgres_url() else { return };
+    let (creds, host_db) = url.split_once('@').unwrap();
+    let (user, _) = creds.rsplit_once(':').unwrap();
+    let err = PostgresSessionStore::connect(&format!("{user}:wrong@{host_db}"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Config, "{err}");
+    assert!(err.to_string().contains("password"), "{err}");
+    let (host, _) = host_db.split_once('/').unwrap();
+    let err = PostgresSessionStore::connect(&format!("{creds}@{host}/no_such_db"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Config, "{err}");
+    let err = PostgresSessionStore::connect("postgres://rein@127.0.0.1:notaport/postgres")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Config, "{err}");
+    let started = Instant::now();
+    let err = PostgresSessionStore::builder()
+        .url(format!(
+            "postgres://rein@127.0.0.1:{}/postgres",
+            closed_port()
+        ))
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// Runs `$REIN_PG_SPARE_CTL <action>` (stop / start the spare cluster).
+fn spare_ctl(action: &str) {
+    let ctl = std::env::var("REIN_PG_SPARE_CTL").unwrap();
+    let status = std::process::Command::new("bash")
+        .args(["-c", &format!("{ctl} {action} >/dev/null")])
+        .status()
+        .unwrap();
+    assert!(status.success(), "pg_ctl {action}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_server_that_is_stopped_fails_calls_cleanly_and_the_next_call_after_restart_works()
+ {
+    if postgres_url().is_none() {
+        return;
+    }
+    let Some(url) = crate::support::server::needs_env(
+        "REIN_PG_SPARE_URL",
+        "a spare PostgreSQL cluster",
+        |_| true,
+        "`scripts/test-servers` starts one (bash .ci/run does)",
+    ) else {
+        return;
+    };
+    let store = PostgresSessionStore::builder()
+        .url(&url)
+        .table(fresh_table())
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let key = SessionKey::new(Some("u"), "restart");
+    assert_eq!(
+        store.save(&key, &[Msg::user("before")], 0).await.unwrap(),
+        1
+    );
+
+    spare_ctl("stop -m fast");
+    let started = Instant::now();
+    let err = store.load(&key).await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{err}");
+    assert_eq!(err.session(), Some("u/restart"));
+    let err = store
+        .save(&key, &[Msg::user("while down")], 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+
+    spare_ctl("start");
+    // Nothing half-saved: the stored session is the one from before the outage.
+    let loaded = store.load(&key).await.unwrap();
+    assert_eq!(loaded.version, 1);
+    assert_eq!(
+        loaded.messages.iter().map(Msg::text).collect::<Vec<_>>(),
+        ["before"]
+    );
+    assert_eq!(store.save(&key, &[Msg::user("after")], 1).await.unwrap(), 2);
+}

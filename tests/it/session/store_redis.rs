@@ -1,0 +1,236 @@
+//! `RedisSessionStore` against a real `redis-server` (`scripts/test-servers` starts one
+//! and exports `REIN_REDIS_URL`; `.ci/run` calls it): the shared store and lease
+//! contracts, bad configuration, and a server that goes down and comes back.
+//!
+//! Without `REIN_REDIS_URL` the tests fail under `CI=true` and are skipped, saying so,
+//! elsewhere.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use rein::store::RedisSessionStore;
+use rein::*;
+use tokio::time::Instant;
+
+use crate::session::store_contract::{Harness, lease_contract, server_url, store_contract};
+
+const ENV: &str = "REIN_REDIS_URL";
+
+/// The test server's URL, or `None` (outside CI) to skip.
+pub fn redis_url() -> Option<String> {
+    server_url(ENV, "Redis")
+}
+
+/// A key prefix no other test (or run) uses.
+pub fn fresh_prefix() -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "rein-it:{}:{}:{}:",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+pub fn harness(url: &str) -> Harness<RedisSessionStore> {
+    harness_in(url, &fresh_prefix())
+}
+
+/// A harness on the keys under `prefix` (another process can share them).
+pub fn harness_in(url: &str, prefix: &str) -> Harness<RedisSessionStore> {
+    let prefix = prefix.to_owned();
+    let (make_url, make_prefix) = (url.to_owned(), prefix.clone());
+    let corrupt_url = url.to_owned();
+    Harness::new(move || {
+        let (url, prefix) = (make_url.clone(), make_prefix.clone());
+        async move {
+            RedisSessionStore::builder()
+                .url(url)
+                .key_prefix(prefix)
+                .connect()
+                .await
+                .unwrap()
+        }
+    })
+    .with_corrupt(move |key| {
+        let (url, prefix) = (corrupt_url.clone(), prefix.clone());
+        async move {
+            let store = RedisSessionStore::builder()
+                .url(&url)
+                .key_prefix(prefix)
+                .connect()
+                .await
+                .unwrap();
+            let mut conn = raw(&url).await;
+            let _: () = redis::cmd("SET")
+                .arg(store.data_key(&key))
+                .arg("not a session")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    })
+}
+
+async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_store_passes_the_shared_store_contract() {
+    let Some(url) = redis_url() else { return };
+    store_contract(&harness(&url)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_store_passes_the_shared_lease_contract() {
+    let Some(url) = redis_url() else { return };
+    lease_contract(&harness(&url)).await;
+}
+
+#[tokio::test]
+async fn a_redis_hash_with_an_undecodable_history_is_corrupt_on_load() {
+    let Some(url) = redis_url() else { return };
+    let store = RedisSessionStore::builder()
+        .url(&url)
+        .key_prefix(fresh_prefix())
+        .connect()
+        .await
+        .unwrap();
+    let mut conn = raw(&url).await;
+    for (field, value) in [("messages", "[{\"not\": \"a message\"}]"), ("version", "0")] {
+        let key = SessionKey::new(Some("u"), &format!("bad-{field}"));
+        store.save(&key, &[Msg::user("hi")], 0).await.unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(store.data_key(&key))
+            .arg(field)
+            .arg(value)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let err = store.load(&key).await.unwrap_err();
+        assert_eq!(err.kind(), StoreErrorKind::Corrupt, "{field}: {err}");
+        assert!(err.to_string().contains(&format!("u/bad-{field}")), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_redis_password_or_url_is_a_config_error_and_a_closed_port_is_unavailable() {
+    let Some(url) = redis_url() else { return };
+    let (_, host) = url.rsplit_once('@').unwrap();
+    let err = RedisSessionStore::connect(&format!("redis://default:wrong@{host}"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Config, "{err}");
+    assert!(
+        !err.to_string().contains("wrong@"),
+        "the password is not echoed: {err}"
+    );
+    let err = RedisSessionStore::connect(&format!("redis://{host}"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Config, "no password: {err}");
+    let err = RedisSessionStore::connect("not a url").await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Config, "{err}");
+    let started = Instant::now();
+    let err = RedisSessionStore::builder()
+        .url(format!("redis://127.0.0.1:{}", closed_port()))
+        .connect_retries(0)
+        .connect()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// A port nothing listens on (bound, then closed).
+pub fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// A redis-server of this test's own, on `port`.
+fn start_redis(port: u16) -> Child {
+    let bin = std::env::var("REIN_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+    let child = Command::new(bin)
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "redis-server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_server_that_is_down_fails_calls_cleanly_and_the_next_call_after_restart_works() {
+    if redis_url().is_none() {
+        return;
+    }
+    let port = closed_port();
+    let mut server = start_redis(port);
+    let store = RedisSessionStore::builder()
+        .url(format!("redis://127.0.0.1:{port}"))
+        .response_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(1))
+        .connect_retries(1)
+        .connect()
+        .await
+        .unwrap();
+    let key = SessionKey::new(Some("u"), "restart");
+    assert_eq!(
+        store.save(&key, &[Msg::user("before")], 0).await.unwrap(),
+        1
+    );
+
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let started = Instant::now();
+    let err = store.load(&key).await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{err}");
+    assert_eq!(err.session(), Some("u/restart"));
+    let err = store
+        .save(&key, &[Msg::user("while down")], 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Let the client's background reconnection attempts fail for good first: the first
+    // call after the restart must not get their stale error.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut server = start_redis(port);
+    // The server kept nothing (no persistence): the next call sees version 0 and works.
+    let loaded = store.load(&key).await.unwrap();
+    assert_eq!(loaded.version, 0);
+    assert_eq!(store.save(&key, &[Msg::user("after")], 0).await.unwrap(), 1);
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
