@@ -1,5 +1,5 @@
 //! The properties the fuzz targets check, shared by the cargo-fuzz targets
-//! (`fuzz/fuzz_targets/*.rs`) and the stable test `tests/it/fuzz_inputs.rs`.
+//! (`fuzz/fuzz_targets/*.rs`) and the stable test `tests/it/agent/fuzz_inputs.rs`.
 //!
 //! Each function takes arbitrary bytes and panics when a property fails:
 //! - `markdown_declaration`: `DeclarationSpec::parse_markdown` never panics, is

@@ -1,5 +1,5 @@
 //! The property of the `sse_decoders` fuzz target, shared by the cargo-fuzz target
-//! (`fuzz/fuzz_targets/sse_decoders.rs`) and the stable test `tests/it/fuzz_inputs.rs`
+//! (`fuzz/fuzz_targets/sse_decoders.rs`) and the stable test `tests/it/agent/fuzz_inputs.rs`
 //! (which compiles it only with both provider features on).
 //!
 //! `sse_decoders`: any bytes a server sends, run through the SSE parser and each

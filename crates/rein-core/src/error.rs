@@ -37,7 +37,7 @@ pub enum BuildErrorKind {
     InvalidHook,
     /// A builder setting is invalid (e.g. `max_iters(0)`), or a configuration key is
     /// invalid (e.g. `masking.extra_patterns[0].regex` of a
-    /// [`HooksConfig`](crate::hooks::HooksConfig)); the message names the key.
+    /// `HooksConfig` (`rein::hooks`)); the message names the key.
     InvalidConfig,
     /// A workspace file (`tools.json`, `subagents/*.md`) is unreadable or malformed;
     /// see [`BuildError::workspace_error`] for file, line and key.

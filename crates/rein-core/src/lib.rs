@@ -32,10 +32,6 @@ pub use agent::{
     Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions, RunContext,
     StopReason, StreamRelease, TypedOutcome,
 };
-pub use store::{
-    FileSessionStore, InMemorySessionStore, LeaseConfig, SessionKey, SessionStore, StoreError,
-    StoreErrorKind, StoredSession,
-};
 pub use error::{BuildError, BuildErrorKind, Error, ErrorKind, HookFailureKind};
 pub use hook::RegistrationGuard;
 pub use hook::{
@@ -50,6 +46,10 @@ pub use message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
 pub use model::{
     FinishReason, GenerateOptions, Model, ModelChunk, ModelError, ModelErrorKind, ModelRequest,
     ModelStream, ResponseFormat, ScriptedModel, ScriptedTurn, ToolChoice, Usage,
+};
+pub use store::{
+    FileSessionStore, InMemorySessionStore, LeaseConfig, SessionKey, SessionStore, StoreError,
+    StoreErrorKind, StoredSession,
 };
 pub use store::{Lease, SessionAdmin, SessionLeases};
 pub use subagent::{

@@ -80,7 +80,6 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
     format!("{}…", &text[..end])
 }
 
-
 /// The candidate nearest to `name` (case-insensitive edit distance), if near enough to
 /// be a likely typo.
 pub(crate) fn closest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {

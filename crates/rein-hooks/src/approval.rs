@@ -14,16 +14,22 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::condition::ArgCondition;
-use rein_core::hook::StateKey;
-use rein_core::agent::{AgentInfo, RunContext};
-pub use rein_core::agent::{ApprovalDecision, ApprovalDecisions};
 use rein_core::BuildError;
-use rein_core::hook::{EventKind, Hook, HookError, HookEvent, HookSite, Interest};
 use rein_core::ToolUse;
+use rein_core::agent::{AgentInfo, PENDING_CALLS_KEY, RunContext};
+pub use rein_core::agent::{ApprovalDecision, ApprovalDecisions};
+use rein_core::hook::StateKey;
+use rein_core::hook::{EventKind, Hook, HookError, HookEvent, HookSite, Interest};
 
 /// Metadata key on a reply stopped for a human: the ids of the guarded tool calls
 /// waiting for a decision, in this agent or any subagent it delegated to (a JSON array
-/// of strings). The same key as [`PENDING_CALL_IDS_KEY`](rein_core::agent::PENDING_CALL_IDS_KEY).
+/// of strings). The same key as [`PENDING_CALL_IDS_KEY`](rein_core::agent::PENDING_CALL_IDS_KEY),
+/// which every stop (an approval, a stopped subagent, an unknown outcome) uses: one name
+/// per concept.
+#[deprecated(
+    since = "0.1.0",
+    note = "the same key as `rein::agent::PENDING_CALL_IDS_KEY`; use that"
+)]
 pub const APPROVAL_PENDING_KEY: &str = rein_core::agent::PENDING_CALL_IDS_KEY;
 
 /// Metadata key on a reply stopped for a human: the guarded tool calls waiting for a
@@ -31,24 +37,28 @@ pub const APPROVAL_PENDING_KEY: &str = rein_core::agent::PENDING_CALL_IDS_KEY;
 /// [`PENDING_CALLS_KEY`](rein_core::agent::PENDING_CALLS_KEY), the same key). Read them
 /// with [`pending_approvals`] and decide with [`ApprovalDecisions::approve_call`] so
 /// each decision is bound to exactly the call a human saw.
+#[deprecated(
+    since = "0.1.0",
+    note = "the same key as `rein::agent::PENDING_CALLS_KEY`; use that"
+)]
 pub const APPROVAL_PENDING_CALLS_KEY: &str = rein_core::agent::PENDING_CALLS_KEY;
 
 /// The tool calls a reply stopped for a human is waiting on (from its
-/// [`APPROVAL_PENDING_CALLS_KEY`] metadata), with their real arguments — in the agent
+/// [`PENDING_CALLS_KEY`] metadata), with their real arguments — in the agent
 /// that replied or in any subagent of its delegation tree (a decision placed in the
 /// resuming call's context reaches the subagent that waits). Empty when the reply did
 /// not stop for approval.
 pub fn pending_approvals(reply: &rein_core::Msg) -> Vec<ToolUse> {
     reply
         .metadata
-        .get(APPROVAL_PENDING_CALLS_KEY)
+        .get(PENDING_CALLS_KEY)
         .and_then(|v| serde_json::from_value::<Vec<ToolUse>>(v.clone()).ok())
         .unwrap_or_default()
 }
 
 /// The tool calls a session's stored history is waiting on for a human: the guarded
 /// calls the last stop for approval recorded (on the stopped assistant message, under
-/// [`APPROVAL_PENDING_CALLS_KEY`]) that are still pending. Empty when the session is
+/// [`PENDING_CALLS_KEY`]) that are still pending. Empty when the session is
 /// not stopped for approval.
 ///
 /// A stop for approval is saved with the session, so any agent instance sharing the
@@ -64,7 +74,7 @@ pub fn pending_approvals(reply: &rein_core::Msg) -> Vec<ToolUse> {
 ///
 /// Calls a subagent waits on are listed too (the parent's session stores them with the
 /// delegation call that waits, with their agent path under
-/// [`APPROVAL_PENDING_CALLS_KEY`]), so a replica that never ran the call finds, decides
+/// [`PENDING_CALLS_KEY`]), so a replica that never ran the call finds, decides
 /// and resumes them from the store alone.
 pub fn pending_approvals_in(history: &[rein_core::Msg]) -> Vec<ToolUse> {
     let Some(last) = history
@@ -78,7 +88,7 @@ pub fn pending_approvals_in(history: &[rein_core::Msg]) -> Vec<ToolUse> {
     if pending.is_empty() {
         return Vec::new();
     }
-    let below: Vec<String> = match last.metadata.get(APPROVAL_PENDING_CALLS_KEY) {
+    let below: Vec<String> = match last.metadata.get(PENDING_CALLS_KEY) {
         Some(Value::Array(calls)) => calls
             .iter()
             .filter(|c| {
@@ -292,7 +302,7 @@ impl Default for ApprovalConfig {
 /// after admission and after every earlier hook's rewrite (a tool guard's cap), and
 /// only when the condition holds on that final form: nothing of the turn runs, and the
 /// reply lists the call that would run, with the model's original, under
-/// [`APPROVAL_PENDING_CALLS_KEY`] (ids under [`APPROVAL_PENDING_KEY`]). The calls stay
+/// [`PENDING_CALLS_KEY`] (ids under [`PENDING_CALL_IDS_KEY`](rein_core::agent::PENDING_CALL_IDS_KEY)). The calls stay
 /// pending in the session; resume with the decisions (`Agent::resume`). A call whose
 /// arguments fail admission never reaches a human.
 ///
@@ -379,7 +389,8 @@ impl ApprovalHook {
 
     fn remember_edit(&self, meta: rein_core::hook::CallState<'_>, call: ToolUse) {
         let in_flight = Arc::clone(&self.in_flight);
-        meta.with(self.id,
+        meta.with(
+            self.id,
             || Edits {
                 calls: HashMap::new(),
                 in_flight,
@@ -594,7 +605,10 @@ impl Hook for ApprovalHook {
                 // A decision this version does not know: fail closed.
                 other => {
                     tracing::warn!(target: "rein::approval", tool = %call.name, tool_call_id = %call.id, decision = other.label(), "denied: unknown decision");
-                    e.deny(format!("denied: the decision `{}` is not supported", other.label()));
+                    e.deny(format!(
+                        "denied: the decision `{}` is not supported",
+                        other.label()
+                    ));
                 }
             }
         }

@@ -13,13 +13,13 @@ use super::audit::{
 };
 use super::dynamic_options::{DynamicOptionsConfig, DynamicOptionsHook};
 use super::latency::{LatencyConfig, LatencyHook};
-use rein_pii::{MaskerConfig, MaskerError};
 use super::masking::{MaskingConfig, MaskingHook};
 use super::self_correction::{SelfCorrectionConfig, SelfCorrectionHook};
 use super::template_leak::{TemplateLeakConfig, TemplateLeakHook};
 use super::tool_guard::{ToolGuardConfig, ToolGuardHook};
-use rein_core::agent::AgentBuilder;
 use rein_core::BuildError;
+use rein_core::agent::AgentBuilder;
+use rein_pii::{MaskerConfig, MaskerError};
 
 /// Configuration of every built-in hook, deserializable with serde from any format
 /// (JSON, TOML, YAML). Every section and key is optional; a missing key takes its

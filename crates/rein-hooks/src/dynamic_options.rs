@@ -10,8 +10,8 @@ use super::HOOK_KEY;
 use super::phrases::PhraseMatcher;
 use rein_core::BuildError;
 use rein_core::hook::{EventKind, FailurePolicy, HookError, HookEvent, Interest, SyncHook};
-use rein_core::{Msg, Role};
 use rein_core::model::GenerateOptions;
+use rein_core::{Msg, Role};
 
 fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()

@@ -59,9 +59,9 @@
 //!   and texts only reach the audit sink, masked.
 
 mod approval;
+mod audit;
 #[doc(hidden)]
 pub mod bench_support;
-mod audit;
 mod condition;
 mod config;
 mod dynamic_options;
@@ -73,10 +73,11 @@ mod template_leak;
 mod tool_guard;
 mod util;
 
+#[allow(deprecated)]
+pub use approval::{APPROVAL_PENDING_CALLS_KEY, APPROVAL_PENDING_KEY};
 pub use approval::{
-    APPROVAL_PENDING_CALLS_KEY, APPROVAL_PENDING_KEY, ApprovalConfig, ApprovalDecision,
-    ApprovalDecisions, ApprovalHook, ApprovalMode, ApprovalRequest, Approver, SharedApprover,
-    pending_approvals, pending_approvals_in,
+    ApprovalConfig, ApprovalDecision, ApprovalDecisions, ApprovalHook, ApprovalMode,
+    ApprovalRequest, Approver, SharedApprover, pending_approvals, pending_approvals_in,
 };
 pub use audit::{
     AuditConfig, AuditHook, AuditKind, AuditRecord, AuditSink, AuditSinkConfig, AuditSinkError,
@@ -91,12 +92,12 @@ pub use latency::{
     TtftMode,
 };
 // The masker is the `rein-pii` crate; its types are part of this configuration surface.
+pub use masking::{MaskedStream, MaskingConfig, MaskingHook, OnError, SubagentBoundary};
 #[doc(no_inline)]
 pub use rein_pii::{
     DEFAULT_REPLACEMENT, MaskStyle, MaskerBuilder, MaskerConfig, MaskerError, NamedPattern,
     SensitiveDataMasker, SensitiveKind, SensitiveMatch,
 };
-pub use masking::{MaskedStream, MaskingConfig, MaskingHook, OnError, SubagentBoundary};
 pub use self_correction::{
     CorrectionRole, FLAG_CORRECTED, FLAG_CORRECTION_EXHAUSTED, SelfCorrectionConfig,
     SelfCorrectionHook,

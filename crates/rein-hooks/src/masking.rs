@@ -7,10 +7,10 @@ use std::fmt;
 use futures::Stream;
 use serde::{Deserialize, Serialize};
 
-use rein_pii::SensitiveDataMasker;
 use rein_core::agent::AgentEvent;
 use rein_core::hook::{EventKind, FailurePolicy, HookError, HookEvent, Interest, SyncHook};
 use rein_core::{ContentBlock, Msg, Thinking, ToolResult};
+use rein_pii::SensitiveDataMasker;
 
 mod json;
 mod stream;

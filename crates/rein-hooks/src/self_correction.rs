@@ -8,10 +8,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::phrases::PhraseMatcher;
-use rein_core::hook::StateKey;
 use super::{HOOK_KEY, add_flag};
-use rein_core::hook::{EventKind, HookError, HookEvent, HookSite, Interest, SyncHook};
 use rein_core::Msg;
+use rein_core::hook::StateKey;
+use rein_core::hook::{EventKind, HookError, HookEvent, HookSite, Interest, SyncHook};
 
 /// Flag set on a reply that still contains a payment promise after the correction
 /// budget was used up (see [`FLAGS_KEY`](super::FLAGS_KEY)).

@@ -8,8 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use rein_core::hook::StateKey;
 use super::{HOOK_KEY, add_flag};
+use rein_core::hook::StateKey;
 use rein_core::hook::{EventKind, HookError, HookEvent, Interest, SyncHook};
 use rein_core::{ContentBlock, Msg};
 

@@ -9,10 +9,10 @@ use serde_json::{Map, Number, Value};
 use super::condition::ArgCondition;
 use super::masking::OnError;
 use rein_core::BuildError;
+use rein_core::ToolUse;
 use rein_core::hook::{
     EventKind, FailurePolicy, HookError, HookEvent, HookSite, Interest, RevealNumbers, SyncHook,
 };
-use rein_core::ToolUse;
 
 /// Bounds of a numeric cap. At least one is required; `max` must not be negative
 /// and `min` must not exceed `max`.

@@ -3,8 +3,8 @@
 
 use std::future::Future;
 
-use rein_core::agent::{Agent, AgentBuilder};
 use rein_core::BuildError;
+use rein_core::agent::{Agent, AgentBuilder};
 
 use super::client::connect_all;
 

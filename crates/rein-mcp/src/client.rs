@@ -18,8 +18,8 @@ use super::IDEMPOTENCY_META_KEY;
 use super::guard::{self, FrameLimits, LIMIT_CODE, TOO_DEEP};
 use super::stderr;
 use super::{McpServerConfig, McpTransport, check_server_id, tool_name};
-use rein_core::{BuildError, BuildErrorKind};
 use rein_core::tool::{EffectClass, SharedTool, Tool, ToolContext, ToolError};
+use rein_core::{BuildError, BuildErrorKind};
 
 type Service = RunningService<RoleClient, ()>;
 

@@ -67,11 +67,10 @@ pub const STDERR_LINES_PER_SECOND: u32 = 64;
 
 #[doc(no_inline)]
 pub use rein_core::mcp::{
-    check_server_id,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_LIST_BYTES,
     DEFAULT_MAX_LIST_PAGES, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_TOOLS, DEFAULT_TIMEOUT,
     JSON_DEPTH_RANGE, MAX_MESSAGE_BYTES_CEILING, McpLimits, McpServerConfig, McpTransport,
-    TOOL_PREFIX, tool_name,
+    TOOL_PREFIX, check_server_id, tool_name,
 };
 
 /// Installs rustls's `ring` crypto provider as the process default, once, unless one is

@@ -4,18 +4,18 @@ use std::collections::VecDeque;
 
 use serde_json::{Value, json};
 
+use crate::capabilities::ModelCapabilities;
 use crate::capabilities::{drop_sampling, dropped};
 use crate::sse::Event;
 use crate::transport::{
     Decoder, Endpoint, Flow, Transport, body_finish, body_start, endpoint_setters, malformed,
     parse_json, put, str_field, stream_error, u64_field,
 };
-use crate::capabilities::ModelCapabilities;
-use rein_core::model::{
-    FinishReason, GenerateOptions, Messages, Model, ModelChunk, ModelError,
-    ModelErrorKind, ModelRequest, ModelStream, ToolChoice, Usage,
-};
 use rein_core::BuildError;
+use rein_core::model::{
+    FinishReason, GenerateOptions, Messages, Model, ModelChunk, ModelError, ModelErrorKind,
+    ModelRequest, ModelStream, ToolChoice, Usage,
+};
 use rein_core::{ContentBlock, Msg, Role};
 
 /// The default base URL.
@@ -31,7 +31,7 @@ const DEFAULT_VERSION: &str = "2023-06-01";
 const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 /// A [`Model`] for Anthropic's `POST {base_url}/v1/messages` with streaming. Used
-/// exactly like [`ScriptedModel`](crate::ScriptedModel).
+/// exactly like [`ScriptedModel`](rein_core::ScriptedModel).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), rein::BuildError> {
@@ -126,7 +126,7 @@ impl AnthropicModel {
     ///
     /// # Errors
     /// A [`BuildError`] of kind
-    /// [`InvalidConfig`](crate::BuildErrorKind::InvalidConfig) when
+    /// [`InvalidConfig`](rein_core::BuildErrorKind::InvalidConfig) when
     /// `ANTHROPIC_API_KEY` is unset and `ANTHROPIC_BASE_URL` is unset too, or when a
     /// value is invalid (see [`AnthropicModelBuilder::build`]).
     pub fn from_env() -> Result<Self, BuildError> {
@@ -261,7 +261,7 @@ impl AnthropicModelBuilder {
     ///
     /// # Errors
     /// A [`BuildError`] of kind
-    /// [`InvalidConfig`](crate::BuildErrorKind::InvalidConfig) without a model name,
+    /// [`InvalidConfig`](rein_core::BuildErrorKind::InvalidConfig) without a model name,
     /// for a base URL that is not http(s), an invalid header, or when the HTTP client
     /// cannot be created.
     pub fn build(self) -> Result<AnthropicModel, BuildError> {

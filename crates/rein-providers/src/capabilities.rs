@@ -24,7 +24,7 @@
 //!   *how* to sample; the model answers the same request without it, so a profile
 //!   written for many models stays usable on each.
 //! - **Constraints the request cannot be made valid without are refused** with a
-//!   [`ModelErrorKind::BadRequest`](crate::ModelErrorKind::BadRequest) error *before*
+//!   [`ModelErrorKind::BadRequest`](rein_core::ModelErrorKind::BadRequest) error *before*
 //!   the HTTP call, naming the option: they change *what* may be answered, so dropping
 //!   them would silently change the result. With Anthropic extended thinking: a
 //!   `tool_choice` that forces tool use (`Required` or a named tool), a thinking budget

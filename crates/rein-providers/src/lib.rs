@@ -35,6 +35,7 @@ pub use openai::{OpenAiChatModel, OpenAiChatModelBuilder};
 pub use transport::{HttpConfig, RetryPolicy};
 
 /// `text` cut to at most `max` bytes on a char boundary, with `…` when cut.
+#[cfg_attr(not(any(feature = "openai", feature = "anthropic")), allow(dead_code))]
 pub(crate) fn truncate(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
@@ -50,6 +51,7 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
 /// installed already (by the application, or by a dependency that enabled another
 /// provider). Called before rein builds an HTTP client: reqwest is built without a
 /// provider of its own (see `Cargo.toml`) and refuses to build a client without one.
+#[cfg_attr(not(any(feature = "openai", feature = "anthropic")), allow(dead_code))]
 pub(crate) fn ensure_tls_provider() {
     static INSTALLED: std::sync::Once = std::sync::Once::new();
     INSTALLED.call_once(|| {

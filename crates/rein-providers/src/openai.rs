@@ -4,18 +4,18 @@ use std::collections::VecDeque;
 
 use serde_json::{Map, Value, json};
 
+use crate::capabilities::ModelCapabilities;
 use crate::capabilities::{OPENAI_EFFORTS, drop_sampling, dropped};
 use crate::sse::Event;
 use crate::transport::{
     Decoder, Endpoint, Flow, Transport, body_finish, body_start, endpoint_setters, malformed,
     parse_json, put, str_field, stream_error, u64_field,
 };
-use crate::capabilities::ModelCapabilities;
-use rein_core::model::{
-    FinishReason, GenerateOptions, Messages, Model, ModelChunk, ModelError,
-    ModelErrorKind, ModelRequest, ModelStream, ToolChoice, Usage,
-};
 use rein_core::BuildError;
+use rein_core::model::{
+    FinishReason, GenerateOptions, Messages, Model, ModelChunk, ModelError, ModelErrorKind,
+    ModelRequest, ModelStream, ToolChoice, Usage,
+};
 use rein_core::{ContentBlock, Role, ToolResult};
 
 /// The default base URL.
@@ -26,7 +26,7 @@ const DEFAULT_MODEL: &str = "gpt-4o-mini";
 
 /// A [`Model`] for `POST {base_url}/chat/completions` with streaming: OpenAI itself or
 /// any OpenAI-compatible server (vLLM, Ollama, llama.cpp server, DeepSeek, DashScope
-/// compatible mode, ...). Used exactly like [`ScriptedModel`](crate::ScriptedModel).
+/// compatible mode, ...). Used exactly like [`ScriptedModel`](rein_core::ScriptedModel).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), rein::BuildError> {
@@ -69,7 +69,7 @@ const DEFAULT_MODEL: &str = "gpt-4o-mini";
 /// fragments by their `index`, usage (`prompt_tokens`/`completion_tokens`), the finish
 /// reason, until `data: [DONE]`. A body that ends after a finish reason but without
 /// `[DONE]` is accepted (some compatible servers omit it); one that ends earlier is a
-/// [`ModelErrorKind::Stream`](crate::ModelErrorKind::Stream) error. A chunk with no
+/// [`ModelErrorKind::Stream`](rein_core::ModelErrorKind::Stream) error. A chunk with no
 /// content, tool call, usage or finish reason (an empty delta) yields nothing and does
 /// not count as progress for
 /// [`HttpConfig::idle_timeout`](crate::HttpConfig::idle_timeout).
@@ -80,7 +80,7 @@ const DEFAULT_MODEL: &str = "gpt-4o-mini";
 /// of the kind its `type`/`code` names; a payload that is not JSON is a `Stream` error
 /// quoting it. A request the capabilities rule out and that cannot be made valid (a
 /// `reasoning_effort` level a known OpenAI reasoning model does not have) is a
-/// [`ModelErrorKind::BadRequest`](crate::ModelErrorKind::BadRequest) naming the option,
+/// [`ModelErrorKind::BadRequest`](rein_core::ModelErrorKind::BadRequest) naming the option,
 /// before anything is sent.
 #[derive(Clone, Debug)]
 pub struct OpenAiChatModel {
@@ -111,7 +111,7 @@ impl OpenAiChatModel {
     ///
     /// # Errors
     /// A [`BuildError`] of kind
-    /// [`InvalidConfig`](crate::BuildErrorKind::InvalidConfig) when `OPENAI_API_KEY` is
+    /// [`InvalidConfig`](rein_core::BuildErrorKind::InvalidConfig) when `OPENAI_API_KEY` is
     /// unset and `OPENAI_BASE_URL` is unset too (a local server may need no key), or
     /// when a value is invalid (see [`OpenAiChatModelBuilder::build`]).
     pub fn from_env() -> Result<Self, BuildError> {
@@ -259,7 +259,7 @@ impl OpenAiChatModelBuilder {
     ///
     /// # Errors
     /// A [`BuildError`] of kind
-    /// [`InvalidConfig`](crate::BuildErrorKind::InvalidConfig) without a model name,
+    /// [`InvalidConfig`](rein_core::BuildErrorKind::InvalidConfig) without a model name,
     /// for a base URL that is not http(s), an invalid header, or when the HTTP client
     /// cannot be created.
     pub fn build(self) -> Result<OpenAiChatModel, BuildError> {

@@ -1,6 +1,6 @@
 //! The providers' stream decoding without HTTP, for the fuzz target
 //! (`fuzz/fuzz_targets/sse_decoders.rs`) and its stable replay
-//! (`tests/it/fuzz_inputs.rs`). Not part of the public API: no stability promise,
+//! (`tests/it/agent/fuzz_inputs.rs`). Not part of the public API: no stability promise,
 //! hidden from the docs.
 //!
 //! [`decode`] runs body bytes through the same SSE parser and provider decoder as a

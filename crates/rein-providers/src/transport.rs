@@ -78,9 +78,9 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
 use crate::sse::Event;
+use crate::truncate;
 use rein_core::model::{GenerateOptions, ModelChunk, ModelError, ModelErrorKind, ModelStream};
 use rein_core::{BuildError, BuildErrorKind};
-use crate::truncate;
 
 /// How many bytes of an offending payload an error message quotes.
 pub(crate) const QUOTE_BYTES: usize = 200;
@@ -212,6 +212,7 @@ pub(crate) struct Endpoint {
 
 /// The setters every provider builder has; expands inside `impl XBuilder { .. }` for a
 /// builder with an `endpoint: Endpoint` field.
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 macro_rules! endpoint_setters {
     ($default_base:literal) => {
         #[doc = concat!("Sets the base URL (default `", $default_base, "`).")]
@@ -254,6 +255,7 @@ macro_rules! endpoint_setters {
         }
     };
 }
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 pub(crate) use endpoint_setters;
 
 impl std::fmt::Debug for Endpoint {

@@ -7,9 +7,9 @@
 //! - [`PostgresAuditSink`] (feature `postgres`): the audit records of every replica in one
 //!   table, one batched insert per batch off the call path.
 //!
-//! Both stores implement [`SessionStore`](rein_core::SessionStore),
-//! [`SessionAdmin`](rein_core::store::SessionAdmin) and
-//! [`SessionLeases`](rein_core::store::SessionLeases) with the same contract as the file
+//! Both stores implement [`SessionStore`](rein_core::SessionStore)(rein_core::SessionStore),
+//! [`SessionAdmin`](rein_core::store::SessionAdmin)(rein_core::store::SessionAdmin) and
+//! [`SessionLeases`](rein_core::store::SessionLeases)(rein_core::store::SessionLeases) with the same contract as the file
 //! and in-memory stores of `rein_core::store` (its module docs state the consistency
 //! model: versions, corrupt data, leases with fencing tokens, faults); one shared test
 //! suite runs against all four.
@@ -24,7 +24,8 @@ macro_rules! engine_store_traits {
             fn load(
                 &self,
                 key: &SessionKey,
-            ) -> impl Future<Output = Result<rein_core::store::StoredSession, StoreError>> + Send {
+            ) -> impl Future<Output = Result<rein_core::store::StoredSession, StoreError>> + Send
+            {
                 self.inner_load(key)
             }
 
@@ -64,7 +65,10 @@ macro_rules! engine_store_traits {
                 self.inner_acquire(key, ttl, wait)
             }
 
-            fn renew(&self, lease: &rein_core::store::Lease) -> impl Future<Output = Result<(), StoreError>> + Send {
+            fn renew(
+                &self,
+                lease: &rein_core::store::Lease,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
                 self.inner_renew(lease)
             }
 
@@ -112,9 +116,8 @@ use rein_core::Msg;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 use rein_core::store::{SessionKey, StoreError, StoreErrorKind};
 
-
-/// Implements [`SessionStore`](crate::SessionStore), [`SessionAdmin`] and
-/// [`SessionLeases`] for an engine store as thin wrappers over its inherent
+/// Implements [`SessionStore`](rein_core::SessionStore)(rein_core::SessionStore), [`SessionAdmin`](rein_core::store::SessionAdmin) and
+/// [`SessionLeases`](rein_core::store::SessionLeases) for an engine store as thin wrappers over its inherent
 /// `inner_*` async fns.
 /// Names resolve where it is invoked, which imports the traits and types.
 /// The format marker the engine stores keep next to every session (as the file store

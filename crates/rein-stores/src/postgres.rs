@@ -13,10 +13,10 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row, Statement};
 
 use crate::lease::acquire_polling;
-use rein_core::store::{Lease, ttl_millis};
 use crate::{FORMAT, decode_messages, encode_messages, key_string, to_i64};
-use rein_core::store::{SessionKey, StoreError, StoreErrorKind, StoredSession, next_version};
 use rein_core::Msg;
+use rein_core::store::{Lease, ttl_millis};
+use rein_core::store::{SessionKey, StoreError, StoreErrorKind, StoredSession, next_version};
 
 mod sql;
 
@@ -25,8 +25,8 @@ use sql::Sql;
 /// The default table name.
 const DEFAULT_TABLE: &str = "rein_sessions";
 
-/// A [`SessionStore`] on PostgreSQL (feature `postgres`), with [`SessionAdmin`] and
-/// [`SessionLeases`].
+/// A [`SessionStore`](rein_core::SessionStore) on PostgreSQL (feature `postgres`), with [`SessionAdmin`](rein_core::store::SessionAdmin) and
+/// [`SessionLeases`](rein_core::store::SessionLeases).
 ///
 /// # Tables
 /// With the table name `t` (default `rein_sessions`; lowercase letters, digits and `_`,

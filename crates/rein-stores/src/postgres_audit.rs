@@ -15,12 +15,12 @@ const DEFAULT_TABLE: &str = "rein_audit";
 /// An [`AuditSink`] that inserts records into a PostgreSQL table (feature `postgres`),
 /// so the audit of every replica lands in one place.
 ///
-/// The [`AuditHook`](crate::hooks::AuditHook) hands records to
+/// The [`AuditHook`](rein_hooks::AuditHook) hands records to
 /// [`write_batch`](AuditSink::write_batch) from its background task (never on the
 /// agent's path); each batch is **one** `INSERT … SELECT … FROM unnest(…)` statement,
 /// so it lands whole or not at all. A batch that fails (server down, table dropped)
 /// reports every record as failed: they are logged and counted in
-/// [`AuditStats::dropped`](crate::hooks::AuditStats::dropped), the call never fails.
+/// [`AuditStats::dropped`](rein_hooks::AuditStats::dropped), the call never fails.
 ///
 /// # Table
 /// With the table name `t` (default `rein_audit`; lowercase letters, digits and `_`,
@@ -48,7 +48,7 @@ const DEFAULT_TABLE: &str = "rein_audit";
 ///
 /// `record` is `text`, not `jsonb` (`jsonb` rejects `\u0000`, which a record may
 /// carry); `record::jsonb` works in queries on records without it. Personal data in
-/// `record` is masked as the hook's [`AuditConfig`](crate::hooks::AuditConfig) says.
+/// `record` is masked as the hook's [`AuditConfig`](rein_hooks::AuditConfig) says.
 ///
 /// # Connection
 /// As [`PostgresSessionStore`](super::PostgresSessionStore): the URL from the builder,
@@ -89,10 +89,10 @@ impl PostgresAuditSinkBuilder {
     /// Validates the table name, connects and runs the migration.
     ///
     /// # Errors
-    /// [`StoreErrorKind::Config`](crate::StoreErrorKind::Config) for an invalid table
+    /// [`StoreErrorKind::Config`](rein_core::StoreErrorKind::Config) for an invalid table
     /// name, no or a malformed URL, credentials the server rejects or a missing
-    /// database; [`StoreErrorKind::Unavailable`](crate::StoreErrorKind::Unavailable)
-    /// when the server cannot be reached; [`StoreErrorKind::Io`](crate::StoreErrorKind::Io)
+    /// database; [`StoreErrorKind::Unavailable`](rein_core::StoreErrorKind::Unavailable)
+    /// when the server cannot be reached; [`StoreErrorKind::Io`](rein_core::StoreErrorKind::Io)
     /// when the migration fails.
     pub async fn connect(self) -> Result<PostgresAuditSink, StoreError> {
         let (pool, client) = open_pool(&self.opts).await?;

@@ -8,10 +8,10 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
 use crate::lease::acquire_polling;
-use rein_core::store::Lease;
 use crate::{FORMAT, decode_messages, encode_messages, key_string};
-use rein_core::store::{SessionKey, StoreError, StoreErrorKind, StoredSession, next_version};
 use rein_core::Msg;
+use rein_core::store::Lease;
+use rein_core::store::{SessionKey, StoreError, StoreErrorKind, StoredSession, next_version};
 
 /// Loads a session hash: `{'none'}`, `{'corrupt', why}`, `{'too_large', bytes}` (its
 /// messages are over ARGV[1] bytes: not read) or `{'ok', format, version, key, messages}`.
@@ -101,8 +101,8 @@ struct Scripts {
     release: Script,
 }
 
-/// A [`SessionStore`] on Redis (feature `redis`), with [`SessionAdmin`] and
-/// [`SessionLeases`].
+/// A [`SessionStore`](rein_core::SessionStore) on Redis (feature `redis`), with [`SessionAdmin`](rein_core::store::SessionAdmin) and
+/// [`SessionLeases`](rein_core::store::SessionLeases).
 ///
 /// # Keys
 /// With the key prefix `p` (default `rein:`) and `k` the session key as the JSON array
@@ -110,7 +110,7 @@ struct Scripts {
 /// - `p` `session:` `k` — a hash: `format` (`rein-session/1`), `version`, `key` (`k`),
 ///   `fence` (of the last fenced save) and `messages` (the JSON history);
 /// - `p` `user:` + the user as JSON (`"alice"` or `null`) — a set of the user's session
-///   ids (for [`SessionAdmin::list`]);
+///   ids (for [`SessionAdmin::list`](rein_core::store::SessionAdmin::list));
 /// - `p` `lease:` `k` — the lease token, expiring after the TTL (`SET NX PX`);
 /// - `p` `fence:` `k` — the fence counter (never expires; if it is evicted or deleted,
 ///   the next acquisition re-seeds it above the session's saved fence).

@@ -103,10 +103,13 @@
 pub use rein_core::*;
 
 /// Models: the streaming interface the agent loop talks to, the offline
-/// [`ScriptedModel`](model::ScriptedModel), and (features `openai`, `anthropic`) the
+/// [`ScriptedModel`], and (features `openai`, `anthropic`) the
 /// real providers of `rein-providers`. See [`rein_core::model`].
 pub mod model {
     pub use rein_core::model::*;
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
+    #[doc(hidden)]
+    pub use rein_providers::sse_probe;
     #[cfg(feature = "anthropic")]
     #[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
     pub use rein_providers::{AnthropicModel, AnthropicModelBuilder};
@@ -116,9 +119,6 @@ pub mod model {
     #[cfg(feature = "openai")]
     #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
     pub use rein_providers::{OpenAiChatModel, OpenAiChatModelBuilder};
-    #[cfg(all(feature = "openai", feature = "anthropic"))]
-    #[doc(hidden)]
-    pub use rein_providers::sse_probe;
 }
 
 /// Sessions: the store contract, the file and in-memory stores, and (features `redis`,
@@ -179,10 +179,10 @@ pub use store::RedisSessionStore;
 /// The names most programs use: `use rein::prelude::*;`.
 pub mod prelude {
     pub use rein_core::{
-        Agent, AgentBuilder, AgentEvent, BuildError, CallOutcome, ContentBlock, Error,
-        ErrorKind, EventKind, FunctionTool, Hook, HookError, HookEvent, Interest, Model,
-        Msg, Role, RunContext, ScriptedModel, ScriptedTurn, SessionKey, SessionStore,
-        StopReason, SyncHook, Tool, ToolContext, ToolError, Toolkit, hook_fn,
+        Agent, AgentBuilder, AgentEvent, BuildError, CallOutcome, ContentBlock, Error, ErrorKind,
+        EventKind, FunctionTool, Hook, HookError, HookEvent, Interest, Model, Msg, Role,
+        RunContext, ScriptedModel, ScriptedTurn, SessionKey, SessionStore, StopReason, SyncHook,
+        Tool, ToolContext, ToolError, Toolkit, hook_fn,
     };
     pub use rein_hooks::{Hooks, HooksConfig};
     #[cfg(feature = "mcp")]

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use rein::agent::PENDING_CALL_IDS_KEY;
 use rein::hooks::{
-    APPROVAL_PENDING_KEY, ApprovalConfig, ApprovalDecision, ApprovalDecisions, ApprovalHook,
-    ApprovalMode, ApprovalRequest, SharedApprover, pending_approvals,
+    ApprovalConfig, ApprovalDecision, ApprovalDecisions, ApprovalHook, ApprovalMode,
+    ApprovalRequest, SharedApprover, pending_approvals,
 };
 use rein::*;
 use serde_json::json;
@@ -186,7 +187,7 @@ async fn stop_for_human_stops_before_the_tool_runs_and_resumes_with_the_decision
     assert_eq!(waiting[0].name, "submitRefund");
     assert_eq!(waiting[0].input, json!({"amount": 20}));
     assert_eq!(
-        first.reply.metadata.get(APPROVAL_PENDING_KEY),
+        first.reply.metadata.get(PENDING_CALL_IDS_KEY),
         Some(&json!([waiting[0].id]))
     );
     assert!(log.entries().is_empty(), "nothing ran before the decision");
@@ -241,4 +242,16 @@ fn await_mode_needs_an_approver_and_a_positive_timeout() {
 #[test]
 fn approval_runs_at_priority_100() {
     assert_eq!(Hook::priority(&stop_for_human()), 100);
+}
+
+/// The approval hook's old names for the pending-call keys still compile and are the
+/// agent's keys.
+#[test]
+#[allow(deprecated)]
+fn the_deprecated_approval_key_names_are_the_agents_pending_call_keys() {
+    assert_eq!(rein::hooks::APPROVAL_PENDING_KEY, PENDING_CALL_IDS_KEY);
+    assert_eq!(
+        rein::hooks::APPROVAL_PENDING_CALLS_KEY,
+        rein::agent::PENDING_CALLS_KEY
+    );
 }

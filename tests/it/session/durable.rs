@@ -256,7 +256,7 @@ async fn a_corrupt_session_file_fails_the_call_with_a_typed_store_error() {
 async fn a_dropped_call_is_saved_by_a_background_task_without_another_call() {
     let dir = TempDir::new("dropsave");
     // Read-only: not journaled, so the dropped call's repair gives it a result
-    // (a tool with an effect stays pending instead: tests/it/exactly_once.rs).
+    // (a tool with an effect stays pending instead: tests/it/session/exactly_once.rs).
     let slow = FunctionTool::new("slow", "slow", json!({"type": "object"}), |_| async {
         tokio::time::sleep(Duration::from_secs(60)).await;
         Ok("finished".to_string())

@@ -1,7 +1,7 @@
 //! An approved (or started) side effect never runs twice: one test per way an
 //! adversarial review made one approval run a `refund` twice, each named as the
 //! guarantee (the crash-point injection across processes is in
-//! `tests/it/exactly_once_crash.rs`).
+//! `tests/it/session/exactly_once_crash.rs`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -10,7 +10,7 @@
 //! (`REIN_EFFECT_RANDOM_ROUNDS`, default 3).
 //!
 //! The replicas are this test binary run as a worker (`effect_worker`, ignored), like
-//! `tests/it/replicas.rs`. Kills per engine: `REIN_EFFECT_KILLS` (default: each point
+//! `tests/it/session/replicas.rs`. Kills per engine: `REIN_EFFECT_KILLS` (default: each point
 //! once; the figure is 200). Print the counts with `--nocapture`.
 
 use std::io::Write;

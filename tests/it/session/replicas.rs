@@ -268,7 +268,7 @@ fn echo_tools() -> Toolkit {
         },
     )
     // Echoes only: a call the killed replica started is run again by the other one
-    // (tests/it/exactly_once.rs kills replicas around tools that must not run twice).
+    // (tests/it/session/exactly_once.rs kills replicas around tools that must not run twice).
     .idempotent();
     let mut tools = Toolkit::new();
     tools.register(ran).unwrap();

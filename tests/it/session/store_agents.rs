@@ -57,7 +57,7 @@ impl Gate {
             }
         })
         // These tests are about the lease: a read-only tool is not journaled, so a
-        // taken-over call is simply run again (tests/it/exactly_once.rs covers tools
+        // taken-over call is simply run again (tests/it/session/exactly_once.rs covers tools
         // with effects).
         .read_only()
     }

@@ -1,6 +1,6 @@
 //! Decisions about tool calls waiting for a human (a call stopped for approval), as
 //! the resuming call carries them in its run context. The approval hook
-//! ([`ApprovalHook`](crate::hooks::ApprovalHook)) applies them; the agent reads them to
+//! (`ApprovalHook` (`rein::hooks`)) applies them; the agent reads them to
 //! tell a resume whose calls are no longer pending (another instance resumed them).
 
 use std::collections::HashMap;

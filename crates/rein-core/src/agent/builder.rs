@@ -13,9 +13,9 @@ use crate::error::BuildError;
 #[cfg(doc)]
 use crate::error::BuildErrorKind;
 use crate::hook::{HookRegistry, IntoHook};
+use crate::mcp::McpServerConfig;
 use crate::model::{GenerateOptions, Model};
 use crate::tool::Toolkit;
-use crate::mcp::McpServerConfig;
 
 /// Builds an [`Agent`]. Cloning a builder and building twice gives agents with
 /// identical hooks and tools (and distinct ids): `build()` never accumulates state.
@@ -24,7 +24,7 @@ use crate::mcp::McpServerConfig;
 /// MCP servers are not connected yet cannot be written: a builder is [`Ready`] (it has
 /// [`AgentBuilder::build`]) until [`AgentBuilder::mcp_server`] declares a server, which
 /// turns it into an `AgentBuilder<McpPending>` that only
-/// [`AgentBuilder::build_async`] (which connects the servers) can build. Every other
+/// `build_async` (`rein::mcp`) (which connects the servers) can build. Every other
 /// method is available in both states.
 ///
 /// ```
@@ -63,13 +63,13 @@ pub struct AgentBuilder<S = Ready> {
 }
 
 /// Build state of an [`AgentBuilder`] with nothing to connect: [`AgentBuilder::build`]
-/// builds it (and, with feature `mcp`, [`AgentBuilder::build_async`], which also
+/// builds it (and, with feature `mcp`, `build_async` (`rein::mcp`), which also
 /// connects MCP servers a workspace `tools.json` declares).
 #[derive(Clone, Copy, Debug)]
 pub enum Ready {}
 
 /// Build state of an [`AgentBuilder`] that declares MCP servers in code
-/// ([`AgentBuilder::mcp_server`]): only [`AgentBuilder::build_async`] builds it, after
+/// ([`AgentBuilder::mcp_server`]): only `build_async` (`rein::mcp`) builds it, after
 /// connecting them.
 #[derive(Clone, Copy, Debug)]
 pub enum McpPending {}
@@ -251,7 +251,7 @@ impl<S> AgentBuilder<S> {
 
     /// Adds a transform every stream of this agent goes through ([`Agent::stream`]), in
     /// the order added: e.g. masking, which
-    /// [`MaskingHook::install`](crate::hooks::MaskingHook::install) adds with its hook.
+    /// `MaskingHook::install` (`rein::hooks`) adds with its hook.
     /// [`Agent::stream_raw`] skips them. Default: none.
     pub fn stream_filter(
         mut self,
@@ -370,7 +370,7 @@ impl<S> AgentBuilder<S> {
     /// Declares an MCP server in code (feature `mcp`): its tools join this agent's base
     /// tools as `mcp__<id>__<tool>` (see [`crate::mcp`]) when the agent is built, and are
     /// bounded like every other tool. The builder becomes an
-    /// `AgentBuilder<McpPending>`: only [`AgentBuilder::build_async`], which connects
+    /// `AgentBuilder<McpPending>`: only `build_async` (`rein::mcp`), which connects
     /// the servers, builds it — a synchronous `build()` of unconnected servers does not
     /// compile.
     ///
@@ -422,7 +422,7 @@ impl AgentBuilder<Ready> {
     /// Builds the agent.
     ///
     /// Only a [`Ready`] builder has `build()`: one that declares MCP servers in code is
-    /// built with [`AgentBuilder::build_async`]. A workspace `tools.json` is data, read
+    /// built with `build_async` (`rein::mcp`). A workspace `tools.json` is data, read
     /// here: when it declares MCP servers, `build()` fails (see below) and
     /// `build_async()` connects them.
     ///

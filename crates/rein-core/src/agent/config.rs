@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use super::delegation::{DelegationPlan, HookToolFilter, ModelResolver};
 use super::leasing::Leasing;
-use crate::store::DynSessionStore;
 use super::{Limits, StreamRelease};
 use crate::hook::{HookRegistry, RegisteredHook};
 use crate::model::{GenerateOptions, Model};
+use crate::store::DynSessionStore;
 use crate::tool::Toolkit;
 
 /// Everything an agent is configured with, before it is built. `Clone` shares the

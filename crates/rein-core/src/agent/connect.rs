@@ -3,8 +3,8 @@
 
 use std::future::Future;
 
-use super::builder::AgentBuilder;
 use super::Agent;
+use super::builder::AgentBuilder;
 use crate::error::{BuildError, BuildErrorKind};
 use crate::mcp::McpServerConfig;
 use crate::tool::SharedTool;

@@ -67,6 +67,7 @@ mod history;
 mod input;
 mod journal;
 mod leasing;
+mod loop_limits;
 mod memory;
 mod model_turn;
 mod packed;
@@ -88,6 +89,7 @@ pub use acting::MAX_PRE_ACTING_PASSES;
 pub use approvals::{ApprovalDecision, ApprovalDecisions};
 pub use history::pending_tool_uses;
 pub use journal::JOURNAL_KEY;
+pub use loop_limits::LoopLimits;
 // The session contract lives in `store`; these paths are kept for code written against them.
 #[doc(no_inline)]
 pub use crate::store::{
@@ -377,8 +379,8 @@ impl Agent {
     ///
     /// The stream goes through the agent's stream filters
     /// ([`AgentBuilder::stream_filter`]): with a masking hook installed by
-    /// [`HooksConfig::install`](crate::hooks::Hooks::install) or
-    /// [`MaskingHook::install`](crate::hooks::MaskingHook::install), it is masked.
+    /// `HooksConfig::install` (`rein::hooks`) or
+    /// `MaskingHook::install` (`rein::hooks`), it is masked.
     /// [`Agent::stream_raw`] is the explicit opt-out for trusted internal consumers.
     pub fn stream(&self, msgs: Vec<Msg>, ctx: RunContext) -> AgentStream {
         let mut stream = self.stream_raw(msgs, ctx);

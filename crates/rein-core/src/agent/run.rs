@@ -8,7 +8,6 @@ use tokio::sync::mpsc::UnboundedSender as EventSender;
 use super::acting::Acted;
 use super::fire::fire;
 use super::memory::CallMemory;
-use crate::store::SessionKey;
 use super::model_turn::Phase;
 use super::stream::AgentEvent;
 use super::{AgentInner, CallOutcome, RunContext, StopReason};
@@ -20,6 +19,7 @@ use crate::hook::{
 };
 use crate::message::{ContentBlock, Msg, Role, ToolResult, ToolUse};
 use crate::model::{GenerateOptions, Messages, ModelRequest, ResponseFormat, Usage};
+use crate::store::SessionKey;
 use tracing::Instrument;
 use tracing::field::Empty;
 

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use super::memory::Conversation;
-use crate::store::SessionKey;
 use crate::message::Msg;
+use crate::store::SessionKey;
 
 /// How many recently used sessions of an agent stay unpacked, unless the builder says
 /// otherwise ([`AgentBuilder::hot_sessions`](super::AgentBuilder::hot_sessions)).

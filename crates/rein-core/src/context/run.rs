@@ -168,7 +168,7 @@ struct Ids {
 ///
 /// # One run at a time
 /// A context describes one run. Reusing it for a *later* call (for example to resume a
-/// call stopped for approval, with [`ApprovalDecisions`](crate::hooks::ApprovalDecisions)
+/// call stopped for approval, with `ApprovalDecisions` (`rein::hooks`)
 /// in its extensions) continues that run. But two calls cannot be the same run at the
 /// same time: when a call starts with a context (or a clone of one) whose run is still
 /// in progress in another call, the new call runs in a *fresh run* derived from it — a

@@ -14,8 +14,8 @@ use crate::model::{GenerateOptions, Messages, ModelChunk, Usage};
 use super::EventKind;
 use super::acting::{ActingChunkEvent, PostActingEvent, PreActingEvent};
 use super::meta::EventMeta;
-use super::state::CallState;
 use super::reasoning::{PostReasoningEvent, PreReasoningEvent, ReasoningChunkEvent};
+use super::state::CallState;
 
 macro_rules! meta_accessors {
     ($($ty:ident),* $(,)?) => {$(

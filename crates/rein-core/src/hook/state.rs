@@ -194,7 +194,10 @@ mod tests {
         let (one, two, three) = (StateKey::new(), StateKey::new(), StateKey::new());
         CallState::of(&call).with(one, || 10u32, |v| *v += 1);
         CallState::of(&event).with(two, || 20u32, |_| ());
-        assert_eq!(CallState::of(&event).update::<u32, _>(one, |v| *v), Some(11));
+        assert_eq!(
+            CallState::of(&event).update::<u32, _>(one, |v| *v),
+            Some(11)
+        );
         assert_eq!(CallState::of(&call).update::<u32, _>(three, |v| *v), None);
         assert_eq!(CallState::of(&call).replace(two, 21u32), Some(20));
         assert_eq!(CallState::of(&event).take::<u32>(one), Some(11));

@@ -1,6 +1,6 @@
 //! Reassembling a model's streamed chunks into the turn's message: text and thinking
 //! deltas, tool-call fragments grouped by index (each call gets its runtime id when its
-//! first fragment arrives, see [`PartialCall`]), and usage.
+//! first fragment arrives, see `PartialCall`), and usage.
 
 use serde_json::Value;
 

@@ -17,11 +17,11 @@ const MAX_NAME: usize = 64;
 /// A [`ResponseFormat`] in [`GenerateOptions::response_format`](super::GenerateOptions)
 /// asks the provider for an answer that is one JSON object matching a JSON Schema. How
 /// it is asked depends on the provider:
-/// - **OpenAI-compatible** ([`OpenAiChatModel`](super::OpenAiChatModel)): natively, as
+/// - **OpenAI-compatible** (`OpenAiChatModel` (`rein::model`)): natively, as
 ///   `response_format: {"type": "json_schema", "json_schema": {name, schema, strict}}`.
 ///   Servers that constrain decoding with the schema (OpenAI, llama.cpp's server) return
 ///   a matching object; others at least see it.
-/// - **Anthropic** ([`AnthropicModel`](super::AnthropicModel)), which has no such field:
+/// - **Anthropic** (`AnthropicModel` (`rein::model`)), which has no such field:
 ///   through a tool named after the format whose input schema is the format's schema.
 ///   Without other tools (and without extended thinking, which forbids forcing a tool)
 ///   the request forces that tool; with tools it is offered next to them, with auto

@@ -16,7 +16,7 @@ pub struct SessionKey {
 impl SessionKey {
     /// A key for this user and session. Any key can be built; one that no store can hold
     /// (see [`SessionKey::try_new`]) fails every load and save with
-    /// [`StoreErrorKind::InvalidKey`].
+    /// [`StoreErrorKind::InvalidKey`](crate::StoreErrorKind::InvalidKey).
     pub fn new(user_id: Option<&str>, session_id: &str) -> Self {
         Self {
             user_id: user_id.map(str::to_owned),
@@ -30,7 +30,7 @@ impl SessionKey {
     /// on every store.
     ///
     /// # Errors
-    /// [`StoreErrorKind::InvalidKey`] saying which id breaks which rule.
+    /// [`StoreErrorKind::InvalidKey`](crate::StoreErrorKind::InvalidKey) saying which id breaks which rule.
     pub fn try_new(user_id: Option<&str>, session_id: &str) -> Result<Self, StoreError> {
         let key = Self::new(user_id, session_id);
         super::storable::check_key(&key)?;

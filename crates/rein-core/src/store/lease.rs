@@ -1,5 +1,5 @@
 //! Session leases: cross-process ordering of the calls on one session, and how an agent
-//! holds one for the duration of a call ([`AgentBuilder::leased_session_store`]).
+//! holds one for the duration of a call ([`AgentBuilder::leased_session_store`](crate::AgentBuilder::leased_session_store)).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -70,7 +70,7 @@ impl Lease {
 /// the store, with fencing at save.
 ///
 /// The use around one call on a session (what an agent built with
-/// [`AgentBuilder::leased_session_store`] does): acquire (wait up to a bound, then fail
+/// [`AgentBuilder::leased_session_store`](crate::AgentBuilder::leased_session_store) does): acquire (wait up to a bound, then fail
 /// with [`StoreErrorKind::Busy`] before anything runs), load, renew every
 /// [`Lease::renew_interval`] while the call runs, save with
 /// [`SessionLeases::save_fenced`], release. A holder that dies or hangs loses the lease
@@ -112,7 +112,7 @@ pub trait SessionLeases: Send + Sync + 'static {
     /// expires after its TTL).
     fn release(&self, lease: &Lease) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// [`SessionStore::save`] under a lease: in one atomic step, checks that `lease` is
+    /// [`SessionStore::save`](crate::SessionStore::save) under a lease: in one atomic step, checks that `lease` is
     /// still held and that no later lease saved the session, compares the version,
     /// writes and records the lease's fence.
     ///
@@ -209,7 +209,7 @@ impl<S: SessionLeases> DynSessionLeases for S {
     }
 }
 
-/// How an agent leases its sessions ([`AgentBuilder::leased_session_store`]).
+/// How an agent leases its sessions ([`AgentBuilder::leased_session_store`](crate::AgentBuilder::leased_session_store)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseConfig {
     /// How long a lease lives without renewal (default 30 s). The agent renews every

@@ -22,13 +22,12 @@
 //!   releases it. A save whose lease expired or was taken over fails with
 //!   [`StoreErrorKind::LeaseLost`] and writes nothing; a holder that dies loses its lease
 //!   after the TTL. Leases are advisory for unfenced saves: a plain
-//!   [`SessionStore::save`](crate::SessionStore::save) still needs only the right
+//!   [`SessionStore::save`] still needs only the right
 //!   version.
 //! - **Faults.** A server that cannot be reached fails the call with
 //!   [`StoreErrorKind::Unavailable`]; the next call after it is back works. Bad
 //!   configuration (URL, credentials, table name, prefix) is
 //!   [`StoreErrorKind::Config`]. Every error names the session it concerns.
-
 
 use std::fs::{self, OpenOptions};
 use std::future::Future;
@@ -42,12 +41,12 @@ pub(crate) mod storable;
 
 pub use file::FileSessionStore;
 pub use key::SessionKey;
-pub use lease::{Lease, LeaseConfig, MAX_TTL, SessionLeases, acquire_polling, ttl_millis};
 pub(crate) use lease::DynSessionLeases;
+pub use lease::{Lease, LeaseConfig, MAX_TTL, SessionLeases, acquire_polling, ttl_millis};
+pub(crate) use session::DynSessionStore;
 pub use session::{
     InMemorySessionStore, SessionStore, StoreError, StoreErrorKind, StoredSession, next_version,
 };
-pub(crate) use session::DynSessionStore;
 pub use storable::{
     DEFAULT_MAX_SESSION_BYTES, MAX_KEY_BYTES, MAX_STORED_DEPTH, check_key, check_size,
     check_storable, key_problem, too_large,
@@ -56,7 +55,7 @@ pub use storable::{
 /// Managing the sessions of a store: delete one, list a user's.
 ///
 /// Implemented by every store of the crate. Kept apart from
-/// [`SessionStore`](crate::SessionStore), which is all an agent needs.
+/// [`SessionStore`], which is all an agent needs.
 pub trait SessionAdmin: Send + Sync + 'static {
     /// Removes a session (its messages and version), whatever it holds — a corrupt
     /// session can be deleted. Returns whether there was one. The next load sees version
@@ -196,4 +195,3 @@ async fn blocking<T: Send + 'static>(
         Err(_) => f(),
     }
 }
-

@@ -2,7 +2,7 @@
 //!
 //! A store keeps, per [`SessionKey`], the conversation's messages and a **version**: `0`
 //! for a session that was never saved, then `1, 2, …`, one more on every successful
-//! save. A save names the version it expects to replace ([`SessionStore::save`]); when
+//! save. A save names the version it expects to replace ([`SessionStore::save`](crate::SessionStore::save)); when
 //! the stored version is different — another agent or another process saved the session
 //! since this one loaded it — nothing is written and the save fails with
 //! [`StoreErrorKind::Conflict`]. Two writers therefore never silently overwrite each
@@ -23,8 +23,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::lease::{Lease, SessionLeases, acquire_polling};
 use super::key::SessionKey;
+use super::lease::{Lease, SessionLeases, acquire_polling};
 use crate::message::Msg;
 use crate::util::new_id;
 
@@ -166,7 +166,7 @@ impl StoreError {
 pub struct StoredSession {
     /// The conversation, oldest first.
     pub messages: Vec<Msg>,
-    /// The version to pass to the next [`SessionStore::save`].
+    /// The version to pass to the next [`SessionStore::save`](crate::SessionStore::save).
     pub version: u64,
 }
 
@@ -181,7 +181,7 @@ impl StoredSession {
 ///
 /// Without a store, an agent keeps conversations in memory for its lifetime. With one,
 /// an agent loads a session on its first call on it and saves it after every call —
-/// completed, failed or cancelled (see [`AgentBuilder::session_store`](super::AgentBuilder::session_store)
+/// completed, failed or cancelled (see [`AgentBuilder::session_store`](crate::AgentBuilder::session_store)
 /// for when exactly). An agent caches what it loaded: it assumes no one else writes the
 /// session while it holds it, and detects it when someone did, through the version.
 ///
@@ -319,7 +319,7 @@ impl<S: SessionStore> DynSessionStore for S {
 ///
 /// It implements [`SessionLeases`] too (leases measured on this process's clock,
 /// shared by clones), so agents built with
-/// [`AgentBuilder::leased_session_store`](super::AgentBuilder::leased_session_store) on
+/// [`AgentBuilder::leased_session_store`](crate::AgentBuilder::leased_session_store) on
 /// clones of one store order their calls as replicas on a shared engine would.
 #[derive(Clone, Default)]
 pub struct InMemorySessionStore {

@@ -18,8 +18,8 @@ use indexmap::IndexMap;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 
 use crate::error::{BuildError, BuildErrorKind};
-use crate::strict::{Check, Ctx, NamesRule, Site, SpecError, SpecErrorKind, key_check};
 use crate::mcp::McpServerConfig;
+use crate::strict::{Check, Ctx, NamesRule, Site, SpecError, SpecErrorKind, key_check};
 use crate::util::closest;
 
 /// `${NAME}` substitution, the one rule of `tools.json` and the hooks configuration
@@ -29,10 +29,7 @@ use crate::util::closest;
 /// # Errors
 /// A message saying which variable is missing (`env` returned `None`) or malformed (an
 /// unterminated `${`, an invalid name).
-pub fn substitute_env(
-    text: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<String, String> {
+pub fn substitute_env(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
     servers::substitute(text, env).map_err(|(_, why)| why)
 }
 use servers::Servers;

@@ -24,14 +24,14 @@ pub use record::{AuditKind, AuditRecord, AuditStatus};
 pub(crate) use sink::DynAuditSink;
 pub use sink::{AuditSink, AuditSinkError, MemoryAuditSink, TracingAuditSink};
 
-use rein_pii::SensitiveDataMasker;
 use super::msg_flags;
-use rein_core::hook::StateKey;
-use rein_core::agent::StopReason;
-use rein_core::hook::{EventKind, FailurePolicy, Hook, HookError, HookEvent, Interest};
-use rein_core::ToolUse;
 use pipeline::Pipeline;
 use record::WallClock;
+use rein_core::ToolUse;
+use rein_core::agent::StopReason;
+use rein_core::hook::StateKey;
+use rein_core::hook::{EventKind, FailurePolicy, Hook, HookError, HookEvent, Interest};
+use rein_pii::SensitiveDataMasker;
 
 /// What the hook does when the audit queue is full.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -342,8 +342,9 @@ impl AuditHook {
             }
             HookEvent::PostActing(e) => {
                 let tu = e.tool_use();
-                let (started, denial, rewrite) =
-                    event.state().update::<AuditRun, _>(self.id, |run| {
+                let (started, denial, rewrite) = event
+                    .state()
+                    .update::<AuditRun, _>(self.id, |run| {
                         (
                             take_by_id(&mut run.started, &tu.id),
                             take_by_id(&mut run.denials, &tu.id),
@@ -625,9 +626,10 @@ mod tests {
             SensitiveDataMasker::default(),
             Arc::new(MemoryAuditSink::new()),
         );
-        let harness = rein_core::testing::HookHarness::new(
-            rein_core::hook_fn(Interest::NONE, |_: &mut HookEvent| Ok(())),
-        )
+        let harness = rein_core::testing::HookHarness::new(rein_core::hook_fn(
+            Interest::NONE,
+            |_: &mut HookEvent| Ok(()),
+        ))
         .unwrap();
         let mut event = harness.pre_acting(ToolUse::new("1", "x", serde_json::json!({})));
         let fut = Hook::on_event(&hook, &mut event);

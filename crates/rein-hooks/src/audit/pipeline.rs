@@ -407,8 +407,8 @@ impl Pipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rein_core::agent::{AgentInfo, RunContext};
     use crate::MemoryAuditSink;
+    use rein_core::agent::{AgentInfo, RunContext};
 
     #[tokio::test]
     async fn dropping_the_hook_ends_its_writer_after_the_queued_records() {

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use rein_core::hook::StateKey;
-use rein_core::hook::{CallState, EventKind, FailurePolicy, HookError, HookEvent, Interest, SyncHook};
+use rein_core::hook::{
+    CallState, EventKind, FailurePolicy, HookError, HookEvent, Interest, SyncHook,
+};
 use rein_core::model::ModelChunk;
 use series::{AgentSlot, Recorder};
 pub use series::{LatencyAgent, LatencySeries, LatencySnapshot};

@@ -10,8 +10,8 @@ use futures::Stream;
 use serde_json::Value;
 
 use rein_core::agent::{AgentEvent, CallOutcome};
-use rein_pii::{MAX_NUMBER_GROUPS, SensitiveDataMasker, is_soft};
 use rein_core::{ContentBlock, Msg, ToolResult, ToolUse};
+use rein_pii::{MAX_NUMBER_GROUPS, SensitiveDataMasker, is_soft};
 
 /// The carry-over is never cut inside a token shorter than this, whatever the carry
 /// limit: every built-in match (at most 42 bytes, a printed 34-character IBAN) fits.

@@ -12,8 +12,8 @@ use tokio::time::Instant;
 
 use super::{Decoder, ERROR_BODY_BYTES, Flow, QUOTE_BYTES, Transport, chain};
 use crate::sse::{SseError, SseParser};
-use rein_core::model::{ModelChunk, ModelError, ModelErrorKind, ModelStream};
 use crate::truncate;
+use rein_core::model::{ModelChunk, ModelError, ModelErrorKind, ModelStream};
 
 /// The stream of one model call: `decoder` turns the events of each attempt into
 /// chunks.

@@ -153,7 +153,7 @@ impl Gov {
             }
             (Kind::Probe, HookEvent::PostReasoning(e)) if e.is_stop_requested() => {
                 if let Some(Value::Array(ids)) =
-                    e.message().metadata.get(rein::hooks::APPROVAL_PENDING_KEY)
+                    e.message().metadata.get(rein::agent::PENDING_CALL_IDS_KEY)
                 {
                     let ids = ids.iter().filter_map(|v| v.as_str().map(str::to_owned));
                     let rec = (e.agent().id.clone(), ids.collect());

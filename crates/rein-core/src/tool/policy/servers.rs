@@ -5,8 +5,8 @@ use std::time::Duration;
 use indexmap::IndexMap;
 use serde::de::{self, MapAccess, SeqAccess, Unexpected};
 
-use crate::strict::{Check, NamesRule, Rule, Site, SpecErrorKind, key_check};
 use crate::mcp::{McpServerConfig, McpTransport, check_server_id};
+use crate::strict::{Check, NamesRule, Rule, Site, SpecErrorKind, key_check};
 
 const SERVER_KEYS: &[&str] = &[
     "transport",
