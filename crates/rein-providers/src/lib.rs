@@ -13,6 +13,8 @@
 //! first client is built unless the application installed one first.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// Without a provider feature only the shared configuration types are used.
+#![cfg_attr(not(any(feature = "openai", feature = "anthropic")), allow(dead_code))]
 
 #[cfg(feature = "anthropic")]
 mod anthropic;
@@ -35,7 +37,6 @@ pub use openai::{OpenAiChatModel, OpenAiChatModelBuilder};
 pub use transport::{HttpConfig, RetryPolicy};
 
 /// `text` cut to at most `max` bytes on a char boundary, with `…` when cut.
-#[cfg_attr(not(any(feature = "openai", feature = "anthropic")), allow(dead_code))]
 pub(crate) fn truncate(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
@@ -51,7 +52,6 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
 /// installed already (by the application, or by a dependency that enabled another
 /// provider). Called before rein builds an HTTP client: reqwest is built without a
 /// provider of its own (see `Cargo.toml`) and refuses to build a client without one.
-#[cfg_attr(not(any(feature = "openai", feature = "anthropic")), allow(dead_code))]
 pub(crate) fn ensure_tls_provider() {
     static INSTALLED: std::sync::Once = std::sync::Once::new();
     INSTALLED.call_once(|| {
