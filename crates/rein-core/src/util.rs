@@ -11,13 +11,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// offset by a per-process seed taken from the clock and the process id, so ids written
 /// to a shared store by two processes do not collide in practice.
 ///
-/// Kept hand-written instead of `uuid` v7, measured: ids are on the call path (run id,
-/// message ids, tool-call ids: several per call, W1 is ~7 µs/call). In a release
-/// micro-benchmark on the shared 2-core machine (1M ids, 3 runs) this took 0.27-0.57 µs
-/// per id; `format!("msg_{}", Uuid::now_v7().simple())` took 2.4-2.9 µs (one `getrandom`
-/// call per id) and 0.50-0.53 µs with uuid's `fast-rng` feature (which adds `rand`).
-/// Either would add allocation-free but measurable time to every call for no gain in
-/// uniqueness (this generator is a bijection over a counter: no in-process collision).
+/// Hand-written rather than `uuid` v7: ids are made several times per call, a counter
+/// needs no randomness per id, and a bijection over a counter cannot collide in-process
+/// (the comparison is in `benches/README.md`).
 pub(crate) fn new_id(prefix: &str) -> String {
     static SEED: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -33,8 +29,7 @@ pub(crate) fn new_id(prefix: &str) -> String {
 }
 
 /// `format!("{prefix}_{v:016x}")`, written directly into one exactly-sized allocation:
-/// ids are made several times per call, and the formatting machinery was ~7% of a W1
-/// call's instructions (callgrind).
+/// ids are made several times per call, and the formatting machinery is not free.
 pub(crate) fn hex_id(prefix: &str, v: u64) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut digits = [0u8; 16];

@@ -265,11 +265,9 @@ impl<S> AgentBuilder<S> {
     /// 16,384; 0: never pack). An agent holds every session's conversation in memory
     /// until [`Agent::forget_session`]; a conversation that no call, [`Agent::messages`]
     /// or [`Agent::set_messages`] opened during the last `n` openings of sessions is
-    /// packed into one buffer: a few bytes per message beyond its text instead of
-    /// ~300 (`bench_report`: 10-message sessions take ~390 bytes each beyond their
-    /// text packed, ~3.1 KB unpacked). The next call on a packed session unpacks it,
-    /// which costs about what building its messages did (a few µs for 20 messages):
-    /// lower `n` to hold many idle sessions in less memory, raise it when more than `n`
+    /// packed into one buffer: a few bytes per message beyond its text instead of a few
+    /// hundred (`bench_report` measures both). The next call on a packed session
+    /// unpacks it, which costs about what building its messages did: lower `n` to hold many idle sessions in less memory, raise it when more than `n`
     /// sessions take turns. Packing is lossless and invisible to hooks and stores:
     /// every reader sees the same messages. With a session store, an idle
     /// conversation that does not mirror the store (under leasing, after every call)

@@ -14,10 +14,9 @@ use crate::error::Error;
 /// error (or [`ErrorKind::Internal`](crate::ErrorKind::Internal) for an event that
 /// came back as another variant) from the enclosing function.
 ///
-/// Built in place and taken apart by field, the payload is never moved as a whole:
-/// each whole-payload move was a ~250-byte copy, and holding payload and event side by
-/// side doubled the call future's slot (callgrind: a subscribed `PostCall` cost 848
-/// instructions a call through a by-value helper, 444 this way).
+/// Built in place and taken apart by field, the payload is never moved as a whole: a
+/// by-value helper would copy it and hold payload and event side by side in the call's
+/// future (the cost is in `benches/README.md`).
 macro_rules! fire {
     (
         $call:expr,

@@ -2,8 +2,8 @@
 //!
 //! A conversation in use is a `Vec<Msg>`: every message is a ~100-byte struct with a
 //! heap-allocated id, content vector and text, each allocation with its own header and
-//! rounding. For an agent holding many idle sessions that is 3 KB of bookkeeping per
-//! 10-message session on top of the text itself. [`Packed`] holds the same messages as
+//! rounding: for an agent holding many idle sessions, kilobytes of bookkeeping per
+//! session on top of the text itself. [`Packed`] holds the same messages as
 //! one exactly-sized buffer: a few bytes of framing per message, ids the runtime
 //! generated (`msg_` and 16 hex digits) as 8 bytes, a name repeated from the previous
 //! message as one flag bit. Packing is lossless: [`Packed::unpack`] gives back messages

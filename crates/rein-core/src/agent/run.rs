@@ -114,9 +114,7 @@ impl AgentInner {
             }
         }
         // Boxed once: the loop's state machine is several KB, and every future that
-        // wraps it (`call_with`, `run`, the caller's own, `block_on`'s pinning) would
-        // otherwise copy all of it when it is moved (measured: ~20% of a W1 call's time
-        // was `memcpy` of this future). A call now moves a pointer.
+        // wraps it (`call_with`, `run`, the caller's own) would copy all of it when moved.
         let result = Box::pin(self.run_call_in_span(input, ctx, sink, format))
             .instrument(span.clone())
             .await;

@@ -15,11 +15,9 @@ use super::meta::EventMeta;
 pub struct PreReasoningEvent {
     pub(crate) meta: EventMeta,
     pub(crate) messages: Messages,
-    /// Boxed: the options are the largest payload of any event (360 bytes). Events
-    /// are built in place and taken apart by field, but an event dispatched to
-    /// `async fn` hooks lives in the call's future while they run, and moves with it:
-    /// measured, the box (one allocation) costs fewer instructions per call than
-    /// the moves of inline options (callgrind, 10 `async fn` hooks: 55.5k vs 57k).
+    /// Boxed: the options are the largest payload of any event, and an event
+    /// dispatched to `async fn` hooks moves with the call's future while they run; one
+    /// allocation is cheaper than those moves.
     pub(crate) options: Box<GenerateOptions>,
     pub(crate) tool_names: Arc<[String]>,
     pub(crate) iteration: u32,
