@@ -14,6 +14,7 @@
 pub mod agent;
 #[doc(hidden)]
 pub mod bench_support;
+pub mod budget;
 mod context;
 mod error;
 pub mod hook;
@@ -32,6 +33,7 @@ pub use agent::{
     Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions, RunContext,
     StopReason, StreamRelease, TypedOutcome,
 };
+pub use budget::{Budget, BudgetExhausted, ModelPrice, Prices};
 pub use error::{BuildError, BuildErrorKind, Error, ErrorKind, HookFailureKind};
 pub use hook::RegistrationGuard;
 pub use hook::{

@@ -184,6 +184,7 @@ impl Call<'_> {
                 ))
             } else {
                 self.admit(memory, &mut tool_use)
+                    .or_else(|| self.admit_tool_budget(&tool_use.name))
             };
             if let Some((reason, status)) = rejection {
                 // The model reads the schema's messages (they quote the values it

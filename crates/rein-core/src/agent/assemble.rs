@@ -228,6 +228,9 @@ impl<S> AgentBuilder<S> {
                 trail: c.trail,
                 record_content: c.record_content,
                 tool_labels: c.tool_labels,
+                call_budget: c.call_budget,
+                session_budget: c.session_budget,
+                prices: c.prices,
             }),
         })
     }
@@ -271,6 +274,39 @@ fn check_settings(c: &AgentConfig) -> Result<(), BuildError> {
     }
     if let Some(l) = &c.leasing {
         l.check()?;
+    }
+    check_budgets(c)
+}
+
+/// Budgets are valid, and a cost budget can price this agent's model.
+fn check_budgets(c: &AgentConfig) -> Result<(), BuildError> {
+    let budgets = [
+        c.call_budget.as_ref().map(|(b, _)| (b, "call_budget")),
+        c.session_budget.as_ref().map(|b| (b, "session_budget")),
+    ];
+    for (b, key) in budgets.into_iter().flatten() {
+        b.validate(key)
+            .map_err(|m| BuildError::invalid_config(key, m))?;
+        if b.cost.is_some() {
+            let model = c
+                .options
+                .model
+                .clone()
+                .or_else(|| c.model.as_ref().map(|m| m.name().to_owned()))
+                .unwrap_or_default();
+            if c.prices.as_ref().and_then(|p| p.get(&model)).is_none() {
+                return Err(BuildError::invalid_config(
+                    &format!("{key}.cost"),
+                    format!(
+                        "a cost budget needs the price of model `{model}`: add it with AgentBuilder::prices"
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(p) = &c.prices {
+        p.validate()
+            .map_err(|m| BuildError::invalid_config("prices", m))?;
     }
     Ok(())
 }

@@ -9,6 +9,7 @@
 //! list of settings to keep in step: a setting added here is inherited or not in
 //! exactly one place, [`AgentConfig::inheritable`].
 
+use crate::budget::{Budget, BudgetScope, Prices};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -60,6 +61,12 @@ pub(crate) struct AgentConfig {
     pub(crate) hot_sessions: usize,
     /// Applied, in order, to every stream of the agent ([`AgentBuilder::stream_filter`]).
     pub(crate) stream_filters: Vec<super::StreamFilter>,
+    /// Every call's budget, and whose it is (a subagent's slice names the subagent).
+    pub(crate) call_budget: Option<(Budget, BudgetScope)>,
+    /// The session's budget, kept with the session.
+    pub(crate) session_budget: Option<Budget>,
+    /// What the models cost (for cost budgets).
+    pub(crate) prices: Option<Arc<Prices>>,
 }
 
 impl Default for AgentConfig {
@@ -94,6 +101,9 @@ impl Default for AgentConfig {
             tool_labels: None,
             hot_sessions: super::sessions::HOT_SESSIONS,
             stream_filters: Vec::new(),
+            call_budget: None,
+            session_budget: None,
+            prices: None,
         }
     }
 }
@@ -112,6 +122,8 @@ pub(crate) struct Narrowing {
     pub(crate) max_iters: u32,
     /// Its own hooks, run after the inherited ones.
     pub(crate) hooks: Vec<RegisteredHook>,
+    /// Its slice of the delegating call's budget.
+    pub(crate) budget: Option<Budget>,
 }
 
 impl AgentConfig {
@@ -158,6 +170,11 @@ impl AgentConfig {
             hot_sessions: self.hot_sessions,
             // A child's events reach the caller through its parent's stream, filtered there.
             stream_filters: Vec::new(),
+            // A child draws from its delegating call's budgets (through the run
+            // context); a declaration may add a slice of its own.
+            call_budget: None,
+            session_budget: None,
+            prices: self.prices.clone(),
         }
     }
 
@@ -172,6 +189,9 @@ impl AgentConfig {
         self.options = GenerateOptions::merge(&n.options, &self.options);
         self.max_iters = n.max_iters;
         self.hooks.extend(n.hooks);
+        if let Some(b) = n.budget {
+            self.call_budget = Some((b, BudgetScope::Subagent(self.name.clone())));
+        }
         self
     }
 }

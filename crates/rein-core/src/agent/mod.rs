@@ -56,6 +56,7 @@
 mod acting;
 mod approvals;
 mod assemble;
+mod budgets;
 mod builder;
 mod config;
 mod connect;
@@ -143,6 +144,9 @@ pub struct CallOutcome {
     /// subagents it delegated to, with their agent path (empty unless the call
     /// recorded them: see [`crate::observe`]).
     pub decisions: Vec<Decision>,
+    /// What the call spent against its budgets, its subagents' spending included (see
+    /// [`crate::budget`]); `None` for an agent without budgets.
+    pub spend: Option<crate::budget::Spend>,
     /// For a structured-output call: the answer as the model gave it and the loop
     /// accepted it, before `PostCall` hooks (masking) changed its text — what
     /// [`Agent::run_typed`] validates and decodes.
@@ -218,6 +222,12 @@ pub(crate) struct AgentInner {
     /// Tool names used as metric labels as-is; others are reported as `other`.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) tool_labels: Option<Arc<std::collections::HashSet<String>>>,
+    /// Every call's budget and whose it is ([`AgentBuilder::call_budget`]).
+    pub(crate) call_budget: Option<(crate::budget::Budget, crate::budget::BudgetScope)>,
+    /// The session's budget ([`AgentBuilder::session_budget`]).
+    pub(crate) session_budget: Option<crate::budget::Budget>,
+    /// Model prices ([`AgentBuilder::prices`]).
+    pub(crate) prices: Option<Arc<crate::budget::Prices>>,
 }
 
 /// A built agent. Cheap to clone (clones share sessions); `Send + Sync`.

@@ -78,6 +78,10 @@ pub(super) struct Call<'a> {
     /// put into every reasoning and summary request's options before `PreReasoning` /
     /// `PreSummary`.
     format: Option<&'a ResponseFormat>,
+    /// The budgets the call draws from ([`crate::budget`]); `None` without any.
+    pub(super) ledgers: Option<super::budgets::Ledgers>,
+    /// The budget that refused the next spending, for the stop that follows.
+    pub(super) exhausted: Option<crate::budget::BudgetExhausted>,
 }
 
 impl AgentInner {
@@ -169,6 +173,11 @@ impl AgentInner {
         // From here on the call changes the conversation: it is saved when the call
         // ends, whichever way (a dropped call hands the save to a task).
         memory.conversation().dirty = true;
+        let ledgers = self.ledgers(&ctx, &memory);
+        let ctx = match &ledgers {
+            Some(l) => ctx.with_ledger(Some(Arc::clone(&l.own))),
+            None => ctx,
+        };
         let mut call = Call {
             agent: self,
             meta: EventMeta::new(&self.info, &ctx, Arc::clone(self.chain.labels()), mode),
@@ -181,6 +190,8 @@ impl AgentInner {
             trail: Mutex::new(Vec::new()),
             retracted: Vec::new(),
             format,
+            ledgers,
+            exhausted: None,
         };
         // Renews the lease while the call runs; a lost lease cancels it.
         let lease = memory.lease();
@@ -188,6 +199,11 @@ impl AgentInner {
             let work = std::pin::pin!(call.run(&mut memory, input));
             super::leasing::kept(lease, work).await
         };
+        let spend = call.close_budgets(&mut memory);
+        let result = result.map(|mut outcome| {
+            outcome.spend = spend;
+            outcome
+        });
         let result = match result {
             Ok(outcome) => Ok(outcome),
             Err(err) => {
@@ -395,11 +411,18 @@ impl Call<'_> {
         let mut iteration: u32 = 0;
         let mut gotos: u32 = 0;
         loop {
+            if self.out_of_time() {
+                return self.stop_for_budget(memory).await;
+            }
             if iteration >= agent.max_iters {
-                let summary = self.summarize(memory).await?;
+                let Some(summary) = self.summarize(memory).await? else {
+                    return self.stop_for_budget(memory).await;
+                };
                 return self.finish(summary, StopReason::MaxIterations).await;
             }
-            let msg = self.reason(memory, iteration).await?;
+            let Some(msg) = self.reason(memory, iteration).await? else {
+                return self.stop_for_budget(memory).await;
+            };
             // The runtime's ids are unique; only ids a `PostReasoning` hook put in can
             // repeat one the session already used.
             let model_ids: Option<Vec<String>> = self
@@ -458,6 +481,9 @@ impl Call<'_> {
                 continue;
             }
             memory.push(msg);
+            if self.out_of_time() {
+                return self.stop_for_budget(memory).await;
+            }
             let acted = self.act(memory, uses).await?;
             if let Some(end) = self.end_of_call(memory, acted).await {
                 return end;
@@ -500,7 +526,11 @@ impl Call<'_> {
     }
 
     /// `PreReasoning`, then one model call.
-    async fn reason(&mut self, memory: &CallMemory, iteration: u32) -> Result<Msg, Error> {
+    async fn reason(
+        &mut self,
+        memory: &mut CallMemory,
+        iteration: u32,
+    ) -> Result<Option<Msg>, Error> {
         let agent = self.agent;
         let mut messages =
             Messages::from_parts(self.system.clone(), memory.shared(), self.retracted.clone());
@@ -527,7 +557,7 @@ impl Call<'_> {
             tools,
             options,
         };
-        self.stream_model(request, Phase::Reasoning).await
+        self.model_call(memory, request, Phase::Reasoning).await
     }
 
     async fn post_reasoning(
@@ -607,7 +637,7 @@ fn redo_messages(msg: Msg, extra: Vec<Msg>) -> Result<Vec<Msg>, Error> {
 impl Call<'_> {
     /// The iteration limit was reached: `PreSummary`, a model call without tools,
     /// `PostSummary`; the summary is stored.
-    async fn summarize(&mut self, memory: &mut CallMemory) -> Result<Msg, Error> {
+    async fn summarize(&mut self, memory: &mut CallMemory) -> Result<Option<Msg>, Error> {
         let agent = self.agent;
         memory.repair(&format!(
             "cancelled: maximum iterations ({}) reached",
@@ -634,7 +664,9 @@ impl Call<'_> {
             tools: Arc::default(),
             options,
         };
-        let mut summary = self.stream_model(request, Phase::Summary).await?;
+        let Some(mut summary) = self.model_call(memory, request, Phase::Summary).await? else {
+            return Ok(None);
+        };
         // A summary never carries tool uses: there were no tools to call.
         summary
             .content
@@ -647,11 +679,15 @@ impl Call<'_> {
         }
         self.release(&summary);
         memory.push(summary.clone());
-        Ok(summary)
+        Ok(Some(summary))
     }
 
     /// `PostCall`, then the outcome.
-    async fn finish(&mut self, reply: Msg, reason: StopReason) -> Result<CallOutcome, Error> {
+    pub(super) async fn finish(
+        &mut self,
+        reply: Msg,
+        reason: StopReason,
+    ) -> Result<CallOutcome, Error> {
         // A typed call decodes the answer the loop accepted; PostCall hooks change only
         // the text copies (the reply, the stream, the logs).
         let answer = self.format.map(|_| Box::new(reply.clone()));
@@ -678,6 +714,7 @@ impl Call<'_> {
             usage: self.usage,
             model_calls: self.model_calls,
             decisions: self.take_trail(),
+            spend: None,
             answer,
         })
     }

@@ -46,6 +46,12 @@ pub enum StopReason {
     /// [`abandon`](crate::agent::ApprovalDecisions::abandon), and resumes. Input given
     /// with the call that stopped here was not taken: send it again after resolving.
     OutcomeUnknown,
+    /// A budget ran out ([`crate::budget`]): the next model call could not be made
+    /// within what was left, or the wall-clock budget passed at a safe point. Nothing ran
+    /// after the check. The reply names the budget under
+    /// [`BUDGET_KEY`](crate::budget::BUDGET_KEY) (`kind`, `scope`, `limit`, `used`); its
+    /// text is the last answer the model gave in this call, if any.
+    BudgetExhausted,
 }
 
 /// A value an upper layer hands down through the lower ones, opaque to them: the

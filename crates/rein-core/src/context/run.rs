@@ -184,6 +184,10 @@ pub struct RunContext {
     /// Set on a subagent's context while the delegating call records decisions: the
     /// subagent's decisions are forwarded there as they are recorded.
     decisions: Option<super::DecisionSink>,
+    /// The innermost budget a call in this context draws from (set by the running call;
+    /// a subagent's context inherits its delegating call's, so the child draws from what
+    /// the parent has left).
+    ledger: Option<Arc<crate::budget::Ledger>>,
 }
 
 /// Marks a run as in progress for the duration of one call; clears it on drop.
@@ -215,6 +219,7 @@ impl RunContext {
             }),
             extensions: Extensions::default(),
             decisions: None,
+            ledger: None,
         }
     }
 
@@ -239,6 +244,7 @@ impl RunContext {
             }),
             extensions: self.extensions.snapshot(),
             decisions: self.decisions.clone(),
+            ledger: self.ledger.clone(),
         };
         derived
             .extensions
@@ -267,7 +273,19 @@ impl RunContext {
             }),
             extensions: self.extensions.snapshot(),
             decisions: None,
+            ledger: self.ledger.clone(),
         }
+    }
+
+    /// The budget a call in this context draws from (see [`crate::budget`]).
+    pub(crate) fn ledger(&self) -> Option<&Arc<crate::budget::Ledger>> {
+        self.ledger.as_ref()
+    }
+
+    /// This context drawing from `ledger`.
+    pub(crate) fn with_ledger(mut self, ledger: Option<Arc<crate::budget::Ledger>>) -> Self {
+        self.ledger = ledger;
+        self
     }
 
     /// Forwards the decisions of the call run in this (subagent) context to `sink` as

@@ -56,6 +56,9 @@ pub enum DecisionKind {
     /// whose tool must not run twice: the call stopped for a human (`before` holds the
     /// tool's effect class).
     OutcomeUnknown,
+    /// A budget ran out ([`crate::budget`]): `before` names the budget (scope and kind),
+    /// `after` what was used against its limit; the call stopped before the spending.
+    BudgetExhausted,
 }
 
 impl DecisionKind {
@@ -77,6 +80,7 @@ impl DecisionKind {
             DecisionKind::HumanDecision => "human_decision",
             DecisionKind::EffectReplayed => "effect_replayed",
             DecisionKind::OutcomeUnknown => "outcome_unknown",
+            DecisionKind::BudgetExhausted => "budget_exhausted",
         }
     }
 }

@@ -95,7 +95,8 @@ impl ScriptedTurn {
         self
     }
 
-    /// Reports this usage at the end of the turn.
+    /// Reports this usage at the end of the turn (the output tokens capped at the
+    /// request's `max_tokens`, as a provider that honours the cap reports them).
     pub fn with_usage(mut self, input_tokens: u64, output_tokens: u64) -> Self {
         self.usage = Some(Usage {
             input_tokens,
@@ -117,7 +118,13 @@ impl ScriptedTurn {
         self
     }
 
-    fn chunks(&self, turn_no: usize) -> Vec<Result<ModelChunk, ModelError>> {
+    /// The turn's chunks; the reported output tokens are at most `max_tokens`, as a
+    /// provider that honours the cap would report them.
+    fn chunks(
+        &self,
+        turn_no: usize,
+        max_tokens: Option<u32>,
+    ) -> Vec<Result<ModelChunk, ModelError>> {
         let mut out = Vec::new();
         if let Some(err) = &self.error
             && !self.error_mid_stream
@@ -153,7 +160,10 @@ impl ScriptedTurn {
             out.push(Err(err.clone()));
             return out;
         }
-        if let Some(u) = self.usage {
+        if let Some(mut u) = self.usage {
+            if let Some(cap) = max_tokens {
+                u.output_tokens = u.output_tokens.min(u64::from(cap));
+            }
             out.push(Ok(ModelChunk::Usage(u)));
         }
         out.push(Ok(ModelChunk::Finish(if self.calls.is_empty() {
@@ -256,6 +266,7 @@ impl Model for ScriptedModel {
     }
 
     fn stream(&self, request: ModelRequest) -> ModelStream {
+        let max_tokens = request.options.max_tokens;
         let (turn, turn_no, total) = {
             let mut s = self.script.lock().unwrap_or_else(PoisonError::into_inner);
             s.requests.push(request);
@@ -271,7 +282,7 @@ impl Model for ScriptedModel {
             );
             return Box::pin(futures::stream::iter([Err(err)]));
         };
-        let chunks = futures::stream::iter(turn.chunks(turn_no));
+        let chunks = futures::stream::iter(turn.chunks(turn_no, max_tokens));
         match turn.delay {
             None => Box::pin(chunks),
             Some(d) => Box::pin(

@@ -277,6 +277,7 @@ impl Delegation {
                         top_p: None,
                         hooks: Vec::new(),
                         workspace: None,
+                        budget: None,
                     };
                     (&general, None)
                 }
@@ -326,6 +327,7 @@ impl Delegation {
             },
             max_iters: decl.steps,
             hooks: decl.hooks.clone(),
+            budget: decl.budget.clone(),
         });
         let binding = ChildBinding {
             parent: Arc::clone(&t.info),
@@ -486,6 +488,7 @@ impl SpawnTool {
                 let status = match outcome.reason {
                     StopReason::Final => "completed",
                     StopReason::MaxIterations => "max_iterations",
+                    StopReason::BudgetExhausted => "budget_exhausted",
                     _ => "stopped",
                 };
                 Ok(format!(

@@ -182,6 +182,7 @@ pub struct SubagentDeclaration {
     pub(crate) top_p: Option<f64>,
     pub(crate) hooks: Vec<RegisteredHook>,
     pub(crate) workspace: Option<SubagentWorkspace>,
+    pub(crate) budget: Option<crate::budget::Budget>,
 }
 
 impl fmt::Debug for SubagentDeclaration {
@@ -213,6 +214,7 @@ impl SubagentDeclaration {
                 top_p: None,
                 hooks: Vec::new(),
                 workspace: None,
+                budget: None,
             },
         }
     }
@@ -249,12 +251,18 @@ impl SubagentDeclaration {
             top_p: spec.top_p,
             hooks: Vec::new(),
             workspace: spec.workspace,
+            budget: None,
         }
     }
 
     /// The declared workspace (`None`: none of its own; the parent's policy applies).
     pub fn workspace(&self) -> Option<&SubagentWorkspace> {
         self.workspace.as_ref()
+    }
+
+    /// The child's own slice of its delegating call's budget, if declared.
+    pub fn budget(&self) -> Option<&crate::budget::Budget> {
+        self.budget.as_ref()
     }
 }
 
@@ -293,6 +301,15 @@ impl SubagentDeclarationBuilder {
     /// Maximum reasoning steps of the child (default 10, at least 1).
     pub fn steps(mut self, n: u32) -> Self {
         self.decl.steps = n;
+        self
+    }
+
+    /// A slice of the delegating call's budget for each call of this subagent: the child
+    /// is charged against this *and* against every budget of the call that delegates to
+    /// it (it can never spend more than its parent has left). Stopped by it, the child
+    /// returns `status: budget_exhausted` to its parent, which goes on.
+    pub fn budget(mut self, budget: crate::budget::Budget) -> Self {
+        self.decl.budget = Some(budget);
         self
     }
 

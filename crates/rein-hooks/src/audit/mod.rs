@@ -458,6 +458,7 @@ fn stop_reason(reason: StopReason) -> &'static str {
         StopReason::MaxIterations => "max_iterations",
         StopReason::SubagentStopped => "subagent_stopped",
         StopReason::OutcomeUnknown => "outcome_unknown",
+        StopReason::BudgetExhausted => "budget_exhausted",
         _ => "other",
     }
 }

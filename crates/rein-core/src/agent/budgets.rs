@@ -1,0 +1,263 @@
+//! The loop's side of budgets ([`crate::budget`]): the ledgers of a call, the checks
+//! before every model call, tool call and safe point, the charges after, and the
+//! session's stored record.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::builder::AgentBuilder;
+use super::memory::CallMemory;
+use super::model_turn::Phase;
+use super::run::Call;
+use super::{AgentInner, CallOutcome};
+use crate::budget::{
+    BUDGET_KEY, Budget, BudgetExhausted, BudgetScope, Ledger, Prices, Spend, estimate_tokens,
+    session_record, stored_spend,
+};
+use crate::context::{RunContext, StopReason};
+use crate::error::Error;
+use crate::hook::{Decision, DecisionKind, EventKind};
+use crate::message::Msg;
+use crate::model::ModelRequest;
+
+impl<S> AgentBuilder<S> {
+    /// A budget for every call of this agent (see [`crate::budget`]): tokens, cost,
+    /// model calls, tool calls and wall-clock time of one call, its subagents' spending
+    /// included. Default: none.
+    ///
+    /// # Errors (at `build()`)
+    /// [`BuildErrorKind::InvalidConfig`](crate::BuildErrorKind::InvalidConfig) naming
+    /// `call_budget.<limit>` for a zero or negative limit, and `call_budget.cost` for a
+    /// cost budget without a price for the agent's model ([`AgentBuilder::prices`]).
+    pub fn call_budget(mut self, budget: Budget) -> Self {
+        self.config.call_budget = Some((budget, BudgetScope::Call));
+        self
+    }
+
+    /// A budget for each session of this agent, across its calls and across every
+    /// replica sharing the session store (see [`crate::budget`]: what a session spent
+    /// is kept with the session). Without a session store it holds for the session's
+    /// life in this agent. Default: none. Errors at `build()` as
+    /// [`AgentBuilder::call_budget`]'s, naming `session_budget`.
+    pub fn session_budget(mut self, budget: Budget) -> Self {
+        self.config.session_budget = Some(budget);
+        self
+    }
+
+    /// Model prices for cost budgets (inherited by subagents). Default: none.
+    ///
+    /// # Errors (at `build()`)
+    /// `BuildErrorKind::InvalidConfig` naming `prices.<model>.<field>` for a negative or
+    /// non-finite price.
+    pub fn prices(mut self, prices: Prices) -> Self {
+        self.config.prices = Some(Arc::new(prices));
+        self
+    }
+}
+
+/// The ledgers of one call: its own (innermost: what the outcome reports) and the
+/// session's, if the agent has a session budget.
+pub(super) struct Ledgers {
+    pub(super) own: Arc<Ledger>,
+    pub(super) session: Option<Arc<Ledger>>,
+}
+
+impl AgentInner {
+    /// The call's ledgers, when any budget applies to it (its own, its session's, or
+    /// one of the calls that delegated to it): chained innermost first, so every charge
+    /// reaches every budget above.
+    pub(super) fn ledgers(&self, ctx: &RunContext, memory: &CallMemory) -> Option<Ledgers> {
+        let parent = ctx.ledger().cloned();
+        if parent.is_none() && self.call_budget.is_none() && self.session_budget.is_none() {
+            return None;
+        }
+        let session = self.session_budget.as_ref().map(|b| {
+            let spent = memory
+                .last_metadata(BUDGET_KEY)
+                .map(stored_spend)
+                .unwrap_or_default();
+            Ledger::new(BudgetScope::Session, b.clone(), spent, parent.clone())
+        });
+        let (limits, scope) = self
+            .call_budget
+            .clone()
+            .unwrap_or((Budget::new(), BudgetScope::Call));
+        let own = Ledger::new(scope, limits, Spend::default(), session.clone().or(parent));
+        Some(Ledgers { own, session })
+    }
+}
+
+impl Call<'_> {
+    /// One model call within the budgets: refused (`None`, the reason kept for
+    /// [`Call::stop_for_budget`]) when a budget cannot pay for it, else sent with its
+    /// `max_tokens` lowered to what the budgets leave, and charged with what it used.
+    pub(super) async fn model_call(
+        &mut self,
+        memory: &mut CallMemory,
+        mut request: ModelRequest,
+        phase: Phase,
+    ) -> Result<Option<Msg>, Error> {
+        let Some(ledger) = self.ledgers.as_ref().map(|l| Arc::clone(&l.own)) else {
+            return self.stream_model(request, phase).await.map(Some);
+        };
+        if let Err(e) = ledger.check_time() {
+            self.exhausted = Some(e);
+            return Ok(None);
+        }
+        let model = request
+            .options
+            .model
+            .clone()
+            .unwrap_or_else(|| self.agent.model.name().to_owned());
+        let price = self
+            .agent
+            .prices
+            .as_ref()
+            .and_then(|p| p.get(&model))
+            .copied();
+        let bytes = serde_json::to_vec(&request.messages).map_or(0, |v| v.len())
+            + serde_json::to_vec(&*request.tools).map_or(0, |v| v.len());
+        let estimate = estimate_tokens(bytes);
+        let cap =
+            match ledger.admit_model_call(estimate, request.options.max_tokens, price.as_ref()) {
+                Ok(cap) => cap,
+                Err(e) => {
+                    self.exhausted = Some(e);
+                    return Ok(None);
+                }
+            };
+        if cap.is_some() {
+            request.options.max_tokens = cap;
+        }
+        // The worst case is kept with the session before it can be spent.
+        self.save_session_record(memory, true).await?;
+        let result = self.stream_model(request, phase).await;
+        let (input, output) = match &result {
+            // A provider that reports no usage is charged the estimates.
+            Ok(msg) if self.last_usage.input_tokens == 0 && self.last_usage.output_tokens == 0 => {
+                let out = serde_json::to_vec(&msg.content).map_or(0, |v| v.len());
+                (estimate, estimate_tokens(out))
+            }
+            Ok(_) => (self.last_usage.input_tokens, self.last_usage.output_tokens),
+            // A failed request may have been billed: its worst case stays charged.
+            Err(_) => (estimate, cap.map_or(0, u64::from)),
+        };
+        ledger.settle_model_call(estimate, cap, input, output, price.as_ref());
+        result.map(Some)
+    }
+
+    /// Admits one tool call within the tool-call budgets (charging it), or says why not.
+    pub(super) fn admit_tool_budget(&self, tool: &str) -> Option<(String, &'static str)> {
+        let ledgers = self.ledgers.as_ref()?;
+        match ledgers.own.admit_tool_call(tool) {
+            Ok(()) => None,
+            Err(e) => Some((
+                format!("Tool call `{tool}` was not executed: {e}"),
+                "budget_exhausted",
+            )),
+        }
+    }
+
+    /// The wall-clock check at a safe point: `true` (the reason kept) when the call
+    /// must stop.
+    pub(super) fn out_of_time(&mut self) -> bool {
+        let Some(ledgers) = &self.ledgers else {
+            return false;
+        };
+        match ledgers.own.check_time() {
+            Ok(()) => false,
+            Err(e) => {
+                self.exhausted = Some(e);
+                true
+            }
+        }
+    }
+
+    /// Ends the call on the budget that ran out: a decision, the reply naming the budget
+    /// (stored, so the session shows why it stopped), `PostCall`.
+    pub(super) async fn stop_for_budget(
+        &mut self,
+        memory: &mut CallMemory,
+    ) -> Result<CallOutcome, Error> {
+        let Some(e) = self.exhausted.take() else {
+            return Err(Error::internal("a budget stop without a budget"));
+        };
+        memory.repair(&format!("not executed: {e}"));
+        self.note_budget(&e);
+        let mut reply = Msg::assistant(format!("Stopped: {e}.")).synthetic();
+        reply.metadata.insert(
+            BUDGET_KEY.to_owned(),
+            serde_json::to_value(&e).unwrap_or(Value::Null),
+        );
+        memory.push(reply.clone());
+        memory.disarm();
+        self.finish(reply, StopReason::BudgetExhausted).await
+    }
+
+    fn note_budget(&self, e: &BudgetExhausted) {
+        tracing::info!(target: "rein::budget", agent = %self.agent.info.name, "{e}");
+        if !self.meta.mode.on {
+            return;
+        }
+        let scope = serde_json::to_value(&e.scope).unwrap_or(Value::Null);
+        let kind = serde_json::to_value(&e.kind).unwrap_or(Value::Null);
+        let d = Decision {
+            hook: "<runtime>".to_owned(),
+            priority: 0,
+            event: EventKind::PreReasoning,
+            kind: DecisionKind::BudgetExhausted,
+            field: "budget",
+            before: format!("{scope} {kind}"),
+            after: format!("{} of {}", e.used, e.limit),
+            reason: Some(e.to_string()),
+            agent_id: self.agent.info.id.clone(),
+            tool_call_id: None,
+            agent_path: self.agent.info.name.clone(),
+            changes: Vec::new(),
+        };
+        crate::hook::emit_decision(&d);
+        self.forward(std::slice::from_ref(&d));
+        self.trail
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(d);
+    }
+
+    /// Writes what the session spent (and, `reserving`, what is in flight) onto the last
+    /// assistant message and, `reserving`, saves it now (fenced under the lease).
+    pub(super) async fn save_session_record(
+        &mut self,
+        memory: &mut CallMemory,
+        reserving: bool,
+    ) -> Result<(), Error> {
+        let Some(session) = self.ledgers.as_ref().and_then(|l| l.session.clone()) else {
+            return Ok(());
+        };
+        let (spent, reserved) = session.spent_with_reserved();
+        let record = if reserving {
+            session_record(&spent, &reserved)
+        } else {
+            session_record(&spent, &Spend::default())
+        };
+        if memory.last_metadata(BUDGET_KEY).is_none() && memory.messages().is_empty() {
+            return Ok(());
+        }
+        memory.set_last_metadata(BUDGET_KEY, record);
+        if reserving {
+            memory.checkpoint().await.map_err(Error::store)?;
+        }
+        Ok(())
+    }
+
+    /// At the end of the call: the session's time and record, and what the call spent.
+    pub(super) fn close_budgets(&mut self, memory: &mut CallMemory) -> Option<Spend> {
+        let ledgers = self.ledgers.as_ref()?;
+        if let Some(session) = &ledgers.session {
+            session.close_time();
+            let record = session_record(&session.spent(), &Spend::default());
+            memory.set_last_metadata(BUDGET_KEY, record);
+        }
+        Some(ledgers.own.spent())
+    }
+}
