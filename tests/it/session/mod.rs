@@ -5,6 +5,7 @@
 //! crash points in worker processes), and the boundaries of what is saved.
 
 mod boundaries;
+mod budgets;
 mod crash;
 mod durable;
 mod exactly_once;
