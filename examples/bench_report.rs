@@ -12,7 +12,7 @@
 //! `w1_us= hooks10_ratio= synchooks10_ratio= production_ratio= history1000_ratio=
 //! unsubscribed_ns= w2_rss_mb= session_bytes=`, then the other figures (the scale
 //! figures below, streaming, masking, and the hooks' absolute cost:
-//! `hooks10_added_us= synchooks10_added_us= production_added_us=`, the µs each set
+//! `hooks10_added_us= synchooks10_added_us= production_added_us= budget_added_us=`, the µs each set
 //! adds to a W1 call in this run), where `hooks10_ratio` is the `async fn` hooks'
 //! ratio (the conservative one).
 //!
@@ -82,11 +82,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// no-op hooks, production hook set].
 fn interleaved(
     rt: &tokio::runtime::Runtime,
-    agents: &[&Agent; 4],
+    agents: &[&Agent; 5],
     rounds: usize,
     batch: usize,
-) -> [f64; 4] {
-    let mut samples: [Vec<f64>; 4] = Default::default();
+) -> [f64; 5] {
+    let mut samples: [Vec<f64>; 5] = Default::default();
     let time = |agent: &Agent| {
         let t = Instant::now();
         for _ in 0..batch {
@@ -409,9 +409,10 @@ fn main() {
     let hooked = w1_agent(10);
     let hooked_sync = w1_sync_agent(10);
     let production = w1_production_agent();
+    let budgeted = support::w1_budget_agent();
     let w1 = interleaved(
         &rt,
-        &[&plain, &hooked, &hooked_sync, &production],
+        &[&plain, &hooked, &hooked_sync, &production, &budgeted],
         rounds,
         batch,
     );
@@ -452,6 +453,12 @@ fn main() {
         "W1 per call, production hook set",
         w1[3],
         w1[3] / w1[0]
+    );
+    println!(
+        "{:<52} {:>9.2} µs (+{:.2} µs)",
+        "W1 per call, call budget on (tokens, calls)",
+        w1[4],
+        w1[4] - w1[0]
     );
     println!(
         "{:<52} {:>9.2} ns",
@@ -519,7 +526,8 @@ fn main() {
          last_session_ratio={:.2} calls_per_s={:.0} p99_us={:.1} \
          production_calls_per_s={:.0} production_p99_us={:.1} chunk_ns={:.1} \
          observed_chunk_ns={:.1} masked_chunk_ns={:.1} mask_mb_s={:.0} mask_worst_mb_s={:.0} \
-         hooks10_added_us={:.2} synchooks10_added_us={:.2} production_added_us={:.2}",
+         hooks10_added_us={:.2} synchooks10_added_us={:.2} production_added_us={:.2} \
+         budget_added_us={:.2}",
         w1[0],
         w1[1] / w1[0],
         w1[2] / w1[0],
@@ -542,5 +550,6 @@ fn main() {
         w1[1] - w1[0],
         w1[2] - w1[0],
         w1[3] - w1[0],
+        w1[4] - w1[0],
     );
 }

@@ -160,6 +160,20 @@ pub fn w1_agent_with<M, H: IntoHook<M>>(hooks: usize, make: impl Fn() -> H) -> A
         .unwrap()
 }
 
+/// The W1 agent with a call budget on tokens and calls (never reached by W1): what the
+/// budget checks and charges add to a call.
+pub fn w1_budget_agent() -> Agent {
+    base_builder()
+        .call_budget(
+            Budget::new()
+                .model_calls(1_000)
+                .tool_calls(1_000)
+                .output_tokens(1_000_000),
+        )
+        .build()
+        .unwrap()
+}
+
 /// The W1 agent with `hooks` no-op hooks ([`Noop`]) subscribed to every event.
 pub fn w1_agent(hooks: usize) -> Agent {
     w1_agent_with(hooks, || Noop {

@@ -353,14 +353,14 @@ impl std::fmt::Display for BudgetExhausted {
             BudgetKind::WallClock => "wall-clock (ms)".to_owned(),
         };
         let scope = match &self.scope {
-            BudgetScope::Call => "call".to_owned(),
-            BudgetScope::Session => "session".to_owned(),
+            BudgetScope::Call => "the call".to_owned(),
+            BudgetScope::Session => "the session".to_owned(),
             BudgetScope::Subagent(p) => format!("subagent `{p}`"),
         };
         write!(
             f,
-            "the {scope} {kind} budget of {} is spent ({} used)",
-            self.limit, self.used
+            "the {kind} budget of {scope} is spent: {} of {}",
+            self.used, self.limit
         )
     }
 }

@@ -179,8 +179,8 @@ pub use store::RedisSessionStore;
 /// The names most programs use: `use rein::prelude::*;`.
 pub mod prelude {
     pub use rein_core::{
-        Agent, AgentBuilder, AgentEvent, BuildError, CallOutcome, ContentBlock, Error, ErrorKind,
-        EventKind, FunctionTool, Hook, HookError, HookEvent, Interest, Model, Msg, Role,
+        Agent, AgentBuilder, AgentEvent, Budget, BuildError, CallOutcome, ContentBlock, Error,
+        ErrorKind, EventKind, FunctionTool, Hook, HookError, HookEvent, Interest, Model, Msg, Role,
         RunContext, ScriptedModel, ScriptedTurn, SessionKey, SessionStore, StopReason, SyncHook,
         Tool, ToolContext, ToolError, Toolkit, hook_fn,
     };

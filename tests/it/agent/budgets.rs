@@ -45,7 +45,12 @@ async fn a_call_stops_before_the_model_call_its_budget_cannot_pay_for() {
         "no model call after the budget ran out"
     );
     assert_eq!(outcome.spend.as_ref().unwrap().model_calls, 2);
-    assert!(outcome.reply.text().contains("model-call budget of 2"));
+    assert!(
+        outcome
+            .reply
+            .text()
+            .contains("the model-call budget of the call is spent: 2 of 2")
+    );
     // The stop is stored: the conversation stays valid and says why it ended.
     let stored = agent.messages(&SessionKey::new(None, "default")).await;
     crate::support::assert_memory_valid(&stored);
@@ -165,7 +170,12 @@ async fn tool_calls_past_a_tool_budget_are_refused_before_any_hook_and_the_call_
         "the refused call reached no hook"
     );
     let results = crate::support::results_in_request(&model, 1);
-    assert!(results[2].1 && results[2].2.contains("`add` tool-call budget of 2"));
+    assert!(
+        results[2].1
+            && results[2]
+                .2
+                .contains("the `add` tool-call budget of the call is spent: 2 of 2")
+    );
     assert!(
         outcome
             .decisions
@@ -316,7 +326,7 @@ async fn a_declared_slice_stops_the_child_and_the_parent_goes_on() {
     // The child's record names its slice.
     let child_stop = results[0].2.clone();
     assert!(
-        child_stop.contains("subagent `helper` model-call budget of 1"),
+        child_stop.contains("the model-call budget of subagent `helper` is spent: 1 of 1"),
         "{child_stop}"
     );
     let _ = BudgetScope::Subagent("helper".into());

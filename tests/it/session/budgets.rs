@@ -11,7 +11,11 @@ use crate::session::store_contract::Harness;
 use crate::support::{builder, key, session};
 
 /// A replica: its own client of the store, a session budget of `calls` model calls.
-async fn replica<S: Leased>(h: &Harness<S>, turns: Vec<ScriptedTurn>, calls: u64) -> (Agent, ScriptedModel) {
+async fn replica<S: Leased>(
+    h: &Harness<S>,
+    turns: Vec<ScriptedTurn>,
+    calls: u64,
+) -> (Agent, ScriptedModel) {
     let model = ScriptedModel::new(turns);
     let agent = builder(&model)
         .leased_session_store(h.client().await, config(30_000, 10_000))
@@ -22,7 +26,9 @@ async fn replica<S: Leased>(h: &Harness<S>, turns: Vec<ScriptedTurn>, calls: u64
 }
 
 fn answers(n: usize) -> Vec<ScriptedTurn> {
-    (0..n).map(|i| ScriptedTurn::text(format!("answer {i}"))).collect()
+    (0..n)
+        .map(|i| ScriptedTurn::text(format!("answer {i}")))
+        .collect()
 }
 
 /// Two replicas call one session at the same time, three calls each, against a budget of
@@ -51,7 +57,10 @@ pub async fn two_replicas_draining_one_session_budget_never_spend_more_than_it<S
     let (ra, rb) = tokio::join!(run(a, 3), run(b.clone(), 3));
     let reasons: Vec<StopReason> = ra.unwrap().into_iter().chain(rb.unwrap()).collect();
     let finals = reasons.iter().filter(|r| **r == StopReason::Final).count();
-    let stopped = reasons.iter().filter(|r| **r == StopReason::BudgetExhausted).count();
+    let stopped = reasons
+        .iter()
+        .filter(|r| **r == StopReason::BudgetExhausted)
+        .count();
     assert_eq!((finals, stopped), (4, 2), "{reasons:?}");
     assert_eq!(ma.requests().len() + mb.requests().len(), 4);
     let stored = b.messages(&key(&s)).await;
@@ -76,7 +85,11 @@ pub async fn a_replica_dying_mid_request_leaves_its_charge_with_the_session<S: L
     .await;
     a.run(vec![Msg::user("one")], session(&s)).await.unwrap();
     let dying = a.run(vec![Msg::user("two")], session(&s));
-    assert!(tokio::time::timeout(Duration::from_millis(300), dying).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), dying)
+            .await
+            .is_err()
+    );
     assert_eq!(ma.requests().len(), 2, "the second request was sent");
     // The other replica finds the reserved call charged: one model call is left of three.
     let (b, mb) = replica(h, answers(2), 3).await;
