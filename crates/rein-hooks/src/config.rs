@@ -70,6 +70,49 @@ pub struct HooksConfig {
     /// agent's hooks are then validated against that agent's tools as usual, so a typo
     /// still fails its build. Default: none.
     pub agents: std::collections::BTreeMap<String, AgentSection>,
+    /// Budgets and prices for the agent ([`rein_core::budget`]), applied by
+    /// [`Hooks::install`] as `AgentBuilder::call_budget`, `session_budget` and `prices`.
+    /// Default: none.
+    pub budgets: BudgetsConfig,
+}
+
+/// The `budgets` section of a [`HooksConfig`]: e.g. in YAML
+/// `budgets: {call: {model_calls: 8, output_tokens: 4000}, session: {cost: 2.5},
+/// prices: {gpt-4o: {input_per_mtok: 2.5, output_per_mtok: 10.0}}}`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct BudgetsConfig {
+    /// Every call's budget.
+    pub call: Option<rein_core::Budget>,
+    /// The session's budget, across calls and replicas.
+    pub session: Option<rein_core::Budget>,
+    /// Model prices, per million tokens, for cost budgets.
+    pub prices: Option<rein_core::Prices>,
+}
+
+impl BudgetsConfig {
+    /// Every budget and price is valid.
+    ///
+    /// # Errors
+    /// `BuildErrorKind::InvalidConfig` naming the key (`budgets.call.model_calls`,
+    /// `budgets.prices.<model>.input_per_mtok`, …).
+    pub fn validate(&self) -> Result<(), BuildError> {
+        for (budget, key) in [
+            (&self.call, "budgets.call"),
+            (&self.session, "budgets.session"),
+        ] {
+            if let Some(b) = budget {
+                b.validate(key)
+                    .map_err(|m| BuildError::invalid_config(key, m))?;
+            }
+        }
+        if let Some(p) = &self.prices {
+            p.validate()
+                .map_err(|m| BuildError::invalid_config("budgets.prices", m))?;
+        }
+        Ok(())
+    }
 }
 
 /// The hooks of one agent's section in a [`HooksConfig`] (`agents.<name>`): each key
@@ -154,10 +197,12 @@ pub struct Hooks {
     self_correction: Option<Arc<SelfCorrectionHook>>,
     audit: Option<Arc<AuditHook>>,
     masking: Option<Arc<MaskingHook>>,
+    budgets: BudgetsConfig,
 }
 
 impl Hooks {
-    /// Adds every hook to the builder, in priority order.
+    /// Adds every hook to the builder, in priority order, and the configured budgets and
+    /// prices (`budgets`).
     pub fn install<S>(&self, builder: AgentBuilder<S>) -> AgentBuilder<S> {
         let mut b = builder;
         macro_rules! add {
@@ -176,6 +221,15 @@ impl Hooks {
             self_correction,
             audit
         );
+        if let Some(budget) = &self.budgets.call {
+            b = b.call_budget(budget.clone());
+        }
+        if let Some(budget) = &self.budgets.session {
+            b = b.session_budget(budget.clone());
+        }
+        if let Some(prices) = &self.budgets.prices {
+            b = b.prices(prices.clone());
+        }
         // With its stream filter: the agent's own stream is masked by default.
         if let Some(masking) = &self.masking {
             let mask = Arc::clone(masking);
@@ -318,6 +372,7 @@ impl HooksConfig {
             .masker
             .build()
             .map_err(|e| BuildError::invalid_config(&masker_key(&e), &e))?;
+        self.budgets.validate()?;
         let tool_guard = ToolGuardHook::new(self.tool_guard.clone())?;
         let dynamic_options = DynamicOptionsHook::new(self.dynamic_options.clone())?;
         self.approval.validate()?;
@@ -369,6 +424,7 @@ impl HooksConfig {
                 .masking
                 .enabled
                 .then(|| Arc::new(MaskingHook::new(self.masking.clone(), masker))),
+            budgets: self.budgets.clone(),
         })
     }
 

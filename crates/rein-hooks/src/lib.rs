@@ -85,7 +85,7 @@ pub use audit::{
     TracingAuditSink,
 };
 pub use condition::ArgCondition;
-pub use config::{AgentSection, HookServices, Hooks, HooksConfig};
+pub use config::{AgentSection, BudgetsConfig, HookServices, Hooks, HooksConfig};
 pub use dynamic_options::{DynamicOptionsConfig, DynamicOptionsHook};
 pub use latency::{
     LatencyAgent, LatencyConfig, LatencyHook, LatencySeries, LatencySnapshot, Outcome, Segment,

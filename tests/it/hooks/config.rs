@@ -357,3 +357,49 @@ fn one_hooks_config_serves_several_agents_through_per_agent_sections() {
     let e = serde_yaml_ng::from_str::<rein::hooks::HooksConfig>(bad).unwrap_err();
     assert!(e.to_string().contains("tool_gaurd"), "{e}");
 }
+
+#[tokio::test]
+async fn budgets_in_a_hooks_file_hold_like_the_builders() {
+    let config: HooksConfig = serde_yaml_ng::from_str(
+        "budgets:\n  call: {model_calls: 1}\n  prices: {scripted: {input_per_mtok: 1.0, output_per_mtok: 2.0}}\n",
+    )
+    .unwrap();
+    let hooks = config.build().unwrap();
+    let log = Log::default();
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("add", json!({"a": 1, "b": 2})),
+        ScriptedTurn::text("never asked"),
+    ]);
+    let agent = hooks
+        .install(builder_with_tools(&model, vec![add_tool(&log)]))
+        .build()
+        .unwrap();
+    let outcome = agent
+        .run(vec![Msg::user("add")], RunContext::new())
+        .await
+        .unwrap();
+    assert_eq!(outcome.reason, StopReason::BudgetExhausted);
+    assert_eq!(model.requests().len(), 1);
+}
+
+#[test]
+fn an_invalid_budget_in_a_hooks_file_is_a_build_error_naming_the_key() {
+    let zero: HooksConfig = serde_yaml_ng::from_str("budgets: {session: {tool_calls: 0}}").unwrap();
+    let err = zero.build().unwrap_err();
+    assert_eq!(err.kind(), BuildErrorKind::InvalidConfig);
+    assert!(
+        err.to_string().contains("budgets.session.tool_calls"),
+        "{err}"
+    );
+    let price: HooksConfig = serde_yaml_ng::from_str(
+        "budgets: {prices: {gpt-4o: {input_per_mtok: -2.5, output_per_mtok: 10}}}",
+    )
+    .unwrap();
+    let err = price.build().unwrap_err();
+    assert!(
+        err.to_string().contains("prices.gpt-4o.input_per_mtok"),
+        "{err}"
+    );
+    let typo = serde_yaml_ng::from_str::<HooksConfig>("budgets: {call: {model_call: 3}}");
+    assert!(typo.unwrap_err().to_string().contains("model_call"));
+}
