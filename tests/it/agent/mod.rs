@@ -4,6 +4,7 @@
 //! step of a call, the fuzz targets' properties on stable, and the one-way module graph of
 //! `src/`.
 
+mod budget_properties;
 mod budgets;
 mod build;
 mod error_sources;
