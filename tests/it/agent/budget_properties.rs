@@ -31,11 +31,10 @@ fn turns(steps: &[Step]) -> Vec<ScriptedTurn> {
             Step::Add(out) => {
                 ScriptedTurn::tool_call("add", json!({"a": 1, "b": 2})).with_usage(5, *out)
             }
-            Step::Spawn => ScriptedTurn::tool_call(
-                SPAWN_TOOL,
-                json!({"agent_id": "helper", "task": "add"}),
-            )
-            .with_usage(5, 10),
+            Step::Spawn => {
+                ScriptedTurn::tool_call(SPAWN_TOOL, json!({"agent_id": "helper", "task": "add"}))
+                    .with_usage(5, 10)
+            }
             Step::Answer(out) => ScriptedTurn::text("done").with_usage(5, *out),
         })
         .collect()

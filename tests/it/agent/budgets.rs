@@ -365,3 +365,27 @@ fn invalid_budgets_fail_the_build_naming_the_key() {
         "{negative}"
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_call_span_carries_what_the_call_spent_and_why_it_stopped() {
+    let capture = crate::support::capture::Capture::default();
+    let _guard = capture.install();
+    let log = Log::default();
+    let model = ScriptedModel::new(adds(3));
+    let agent = builder_with_tools(&model, vec![add_tool(&log)])
+        .call_budget(Budget::new().model_calls(2))
+        .build()
+        .unwrap();
+    agent
+        .run(vec![Msg::user("add")], RunContext::new())
+        .await
+        .unwrap();
+    let span = capture
+        .spans()
+        .into_iter()
+        .find(|s| s.name == "invoke_agent")
+        .expect("the call span");
+    assert_eq!(span.fields["rein.budget.model_calls"], "2");
+    assert_eq!(span.fields["rein.budget.tool_calls"], "2");
+    assert_eq!(span.fields["rein.stop_reason"], "BudgetExhausted");
+}

@@ -109,6 +109,10 @@ impl AgentInner {
             rein.run.id = %ctx.run_id(),
             gen_ai.usage.input_tokens = Empty,
             gen_ai.usage.output_tokens = Empty,
+            rein.budget.model_calls = Empty,
+            rein.budget.tool_calls = Empty,
+            rein.budget.cost = Empty,
+            rein.stop_reason = Empty,
             error.type = Empty,
         );
         if !span.is_disabled() {
@@ -126,6 +130,15 @@ impl AgentInner {
             Ok(outcome) => {
                 span.record("gen_ai.usage.input_tokens", outcome.usage.input_tokens);
                 span.record("gen_ai.usage.output_tokens", outcome.usage.output_tokens);
+                if !span.is_disabled() {
+                    span.record("rein.stop_reason", format!("{:?}", outcome.reason));
+                    // What the call and its subagents spent, with budgets on.
+                    if let Some(spend) = &outcome.spend {
+                        span.record("rein.budget.model_calls", spend.model_calls);
+                        span.record("rein.budget.tool_calls", spend.tool_calls);
+                        span.record("rein.budget.cost", spend.cost);
+                    }
+                }
             }
             Err(e) => {
                 span.record("error.type", format!("{:?}", e.kind()));
