@@ -282,6 +282,11 @@ struct ExpectedTrail {
     keys: Arc<Mutex<Vec<RecordKey>>>,
     /// Tool calls by how they ended (`PostActing`): what the latency hook must time.
     tools: Arc<Mutex<HashMap<Outcome, u64>>>,
+    /// The (run, tool call) pairs whose `PreActing` this hook saw: a result the runtime
+    /// replays from the effect journal (the call that ran it was dropped after it
+    /// settled) reaches `PostActing` in a later run that never started it, and is not
+    /// timed.
+    started: Arc<Mutex<std::collections::HashSet<(String, String)>>>,
 }
 
 impl Hook for ExpectedTrail {
@@ -291,6 +296,7 @@ impl Hook for ExpectedTrail {
     fn interest(&self) -> Interest {
         Interest::of([
             EventKind::PostReasoning,
+            EventKind::PreActing,
             EventKind::PostActing,
             EventKind::PostCall,
             EventKind::Error,
@@ -305,6 +311,11 @@ impl Hook for ExpectedTrail {
             HookEvent::PostReasoning(e) if e.goto_requested().is_some() => {
                 (run, AuditKind::ReasoningRedone, None)
             }
+            HookEvent::PreActing(e) => {
+                let id = e.tool_use().id.clone();
+                self.started.lock().unwrap().insert((run, id));
+                return Ok(());
+            }
             HookEvent::PostActing(e) => {
                 let (kind, outcome) = if e.was_denied() {
                     (AuditKind::ToolDenied, Outcome::Denied)
@@ -313,7 +324,14 @@ impl Hook for ExpectedTrail {
                 } else {
                     (AuditKind::ToolCall, Outcome::Ok)
                 };
-                *self.tools.lock().unwrap().entry(outcome).or_default() += 1;
+                let ran_here = self
+                    .started
+                    .lock()
+                    .unwrap()
+                    .contains(&(run.clone(), e.tool_use().id.clone()));
+                if ran_here {
+                    *self.tools.lock().unwrap().entry(outcome).or_default() += 1;
+                }
                 (run, kind, Some(e.tool_use().id.clone()))
             }
             HookEvent::PostCall(_) => (run, AuditKind::FinalAnswer, None),
@@ -414,6 +432,7 @@ async fn load_run(calls: usize, sessions: usize, on_full: QueueFull, capacity: u
         .hook(ExpectedTrail {
             keys: expected.clone(),
             tools: tools.clone(),
+            started: Arc::default(),
         })
         .session_store(store.clone())
         .build()
