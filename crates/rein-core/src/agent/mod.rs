@@ -75,6 +75,7 @@ mod packed;
 mod run;
 mod sessions;
 mod stream;
+mod summary;
 mod typed;
 
 pub use builder::{AgentBuilder, McpPending, Ready};

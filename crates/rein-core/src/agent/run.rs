@@ -1,6 +1,5 @@
 //! The ReAct loop: the only place events are constructed and dispatched.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::mpsc::UnboundedSender as EventSender;
@@ -14,10 +13,10 @@ use super::{AgentInner, CallOutcome, RunContext, StopReason};
 use crate::error::Error;
 use crate::hook::{Decision, TrailMode};
 use crate::hook::{
-    ErrorEvent, EventKind, EventMeta, HookEvent, PostCallEvent, PostReasoningEvent,
-    PostSummaryEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent,
+    ErrorEvent, EventKind, EventMeta, HookEvent, PostCallEvent, PostReasoningEvent, PreCallEvent,
+    PreReasoningEvent,
 };
-use crate::message::{ContentBlock, Msg, Role, ToolResult, ToolUse};
+use crate::message::{ContentBlock, Msg, Role, ToolUse};
 use crate::model::{GenerateOptions, Messages, ModelRequest, ResponseFormat, Usage};
 use crate::store::SessionKey;
 use tracing::Instrument;
@@ -33,13 +32,6 @@ use tracing::field::Empty;
 /// where both others got "I am unable to assist").
 pub(super) const EMPTY_NUDGE: &str =
     "Please answer my question above, using the tool results you already have.";
-
-/// Given to the summary call (not persisted) when the iteration limit is reached.
-const SUMMARY_INSTRUCTION: &str = "You have failed to generate a response within the maximum \
-     iterations. Now respond directly by summarizing the current situation.";
-
-/// Result text for tool uses a redo left without a result.
-const REDONE: &str = "not executed: reasoning was redone";
 
 /// Result text for pending tool uses superseded by new input.
 pub(super) const SUPERSEDED: &str =
@@ -61,7 +53,7 @@ pub(super) struct Call<'a> {
     pub(super) meta: EventMeta,
     pub(super) ctx: &'a RunContext,
     pub(super) sink: Option<&'a Sink>,
-    system: Option<Arc<Msg>>,
+    pub(super) system: Option<Arc<Msg>>,
     /// Usage summed over the call's model turns.
     pub(super) usage: Usage,
     /// Usage of the last model turn.
@@ -344,7 +336,7 @@ impl Call<'_> {
     /// With [`StreamRelease::AfterAcceptance`](super::StreamRelease::AfterAcceptance):
     /// sends a streaming caller the turn its post-hooks accepted (as they left it): its
     /// thinking, text and tool-call starts, as one delta each.
-    fn release(&self, msg: &Msg) {
+    pub(super) fn release(&self, msg: &Msg) {
         if !self.agent.hold_deltas {
             return;
         }
@@ -462,7 +454,7 @@ impl Call<'_> {
                 if gotos > agent.max_gotos {
                     return Err(Error::goto_limit(agent.max_gotos));
                 }
-                let redone = redo_messages(msg, extra)?;
+                let redone = super::summary::redo_messages(msg, extra)?;
                 if retract {
                     self.retracted.extend(redone);
                 } else {
@@ -530,7 +522,7 @@ impl Call<'_> {
 
     /// The options a reasoning or summary request starts from: the agent's, with the
     /// call's structured-output format, if any.
-    fn request_options(&self) -> GenerateOptions {
+    pub(super) fn request_options(&self) -> GenerateOptions {
         let mut options = self.agent.options.clone();
         if let Some(format) = self.format {
             options.response_format = Some(format.clone());
@@ -603,98 +595,7 @@ fn streamed_something(msg: &Msg) -> bool {
     })
 }
 
-/// The messages a redo leaves: the redone message, its tool uses paired with results
-/// the hook supplied (synthetic error results for the rest), then the hook's other
-/// messages.
-fn redo_messages(msg: Msg, extra: Vec<Msg>) -> Result<Vec<Msg>, Error> {
-    let uses: Vec<ToolUse> = msg.tool_uses().into_iter().cloned().collect();
-    let ids: HashSet<&str> = uses.iter().map(|u| u.id.as_str()).collect();
-    let mut supplied: HashMap<String, ToolResult> = HashMap::new();
-    let mut rest = Vec::new();
-    for mut m in extra {
-        if m.role == Role::System {
-            return Err(Error::invalid_input(
-                "goto_reasoning messages must not have the System role",
-            ));
-        }
-        let mut others = Vec::new();
-        for block in m.content {
-            match block {
-                ContentBlock::ToolResult(r) if ids.contains(r.id.as_str()) => {
-                    supplied.entry(r.id.clone()).or_insert(r);
-                }
-                ContentBlock::ToolResult(r) => {
-                    tracing::warn!(id = %r.id, "goto_reasoning result for an unknown tool call dropped");
-                }
-                other => others.push(other),
-            }
-        }
-        if !others.is_empty() {
-            m.content = others;
-            rest.push(m);
-        }
-    }
-    let mut out = vec![msg];
-    if !uses.is_empty() {
-        let results = uses.into_iter().map(|u| {
-            supplied
-                .remove(&u.id)
-                .unwrap_or_else(|| ToolResult::error(u.id, u.name, REDONE))
-        });
-        out.push(Msg::tool(results));
-    }
-    out.extend(rest);
-    Ok(out)
-}
-
 impl Call<'_> {
-    /// The iteration limit was reached: `PreSummary`, a model call without tools,
-    /// `PostSummary`; the summary is stored.
-    async fn summarize(&mut self, memory: &mut CallMemory) -> Result<Option<Msg>, Error> {
-        let agent = self.agent;
-        memory.repair(&format!(
-            "cancelled: maximum iterations ({}) reached",
-            agent.max_iters
-        ));
-        let mut messages = Messages::from_parts(
-            self.system.clone(),
-            memory.shared(),
-            vec![Msg::user(SUMMARY_INSTRUCTION).synthetic()],
-        );
-        let mut options = self.request_options();
-        if self.wants(EventKind::PreSummary) {
-            let (changed, changed_options) = fire!(self, PreSummary(PreSummaryEvent {
-                meta: self.meta.clone(),
-                messages,
-                options: Box::new(options),
-                max_iters: agent.max_iters,
-            }) => { messages, options });
-            messages = changed;
-            options = *changed_options;
-        }
-        let request = ModelRequest {
-            messages,
-            tools: Arc::default(),
-            options,
-        };
-        let Some(mut summary) = self.model_call(memory, request, Phase::Summary).await? else {
-            return Ok(None);
-        };
-        // A summary never carries tool uses: there were no tools to call.
-        summary
-            .content
-            .retain(|b| !matches!(b, ContentBlock::ToolUse(_)));
-        if self.wants(EventKind::PostSummary) {
-            summary = fire!(self, PostSummary(PostSummaryEvent {
-                meta: self.meta.clone(),
-                message: summary,
-            }) => { message });
-        }
-        self.release(&summary);
-        memory.push(summary.clone());
-        Ok(Some(summary))
-    }
-
     /// `PostCall`, then the outcome.
     pub(super) async fn finish(
         &mut self,
