@@ -13,7 +13,7 @@ use super::run::Call;
 use super::{AgentInner, CallOutcome};
 use crate::budget::{
     BUDGET_KEY, Budget, BudgetExhausted, BudgetScope, Ledger, Prices, Spend, estimate_tokens,
-    session_record, stored_spend,
+    message_bytes, request_bytes, session_record, stored_spend,
 };
 use crate::context::{RunContext, StopReason};
 use crate::error::Error;
@@ -105,20 +105,15 @@ impl Call<'_> {
             self.exhausted = Some(e);
             return Ok(None);
         }
-        let model = request
-            .options
-            .model
-            .clone()
-            .unwrap_or_else(|| self.agent.model.name().to_owned());
-        let price = self
-            .agent
-            .prices
-            .as_ref()
-            .and_then(|p| p.get(&model))
-            .copied();
-        let bytes = serde_json::to_vec(&request.messages).map_or(0, |v| v.len())
-            + serde_json::to_vec(&*request.tools).map_or(0, |v| v.len());
-        let estimate = estimate_tokens(bytes);
+        let price = self.agent.prices.as_ref().and_then(|p| {
+            let model = request
+                .options
+                .model
+                .as_deref()
+                .unwrap_or_else(|| self.agent.model.name());
+            p.get(model).copied()
+        });
+        let estimate = estimate_tokens(request_bytes(&request));
         let cap =
             match ledger.admit_model_call(estimate, request.options.max_tokens, price.as_ref()) {
                 Ok(cap) => cap,
@@ -136,8 +131,7 @@ impl Call<'_> {
         let (input, output) = match &result {
             // A provider that reports no usage is charged the estimates.
             Ok(msg) if self.last_usage.input_tokens == 0 && self.last_usage.output_tokens == 0 => {
-                let out = serde_json::to_vec(&msg.content).map_or(0, |v| v.len());
-                (estimate, estimate_tokens(out))
+                (estimate, estimate_tokens(message_bytes(msg)))
             }
             Ok(_) => (self.last_usage.input_tokens, self.last_usage.output_tokens),
             // A failed request may have been billed: its worst case stays charged.

@@ -29,8 +29,9 @@
 //! `BudgetExhausted` decision, and no model or tool call happens after it.
 //!
 //! **The bound.** Output tokens never exceed a budget for a model that honours
-//! `max_tokens`. Input tokens are estimated before the request as the request's text
-//! bytes divided by [`BYTES_PER_TOKEN`], rounded up; the provider's count is charged
+//! `max_tokens`. Input tokens are estimated before the request as the bytes of its text
+//! (messages, tool calls and results, tool schemas) divided by [`BYTES_PER_TOKEN`],
+//! rounded up; the provider's count is charged
 //! after. An input, total or cost budget can therefore be exceeded only by the last
 //! request's input tokens beyond that estimate — and then no further model call is made.
 //! Model-call and tool-call budgets are never exceeded.
@@ -266,7 +267,8 @@ pub struct Spend {
     pub model_calls: u64,
     /// Tool calls that ran.
     pub tool_calls: u64,
-    /// Tool calls by tool name.
+    /// Tool calls by tool name, for the tools a budget of the call limits
+    /// ([`Budget::tool_calls_of`]).
     pub tool_calls_per_tool: IndexMap<String, u64>,
     /// Wall-clock time in milliseconds.
     pub wall_clock_ms: u64,
@@ -365,4 +367,6 @@ impl std::fmt::Display for BudgetExhausted {
 
 mod ledger;
 
-pub(crate) use ledger::{Ledger, estimate_tokens, session_record, stored_spend};
+pub(crate) use ledger::{
+    Ledger, estimate_tokens, message_bytes, request_bytes, session_record, stored_spend,
+};
