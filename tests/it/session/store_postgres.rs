@@ -134,7 +134,7 @@ async fn a_postgres_row_with_an_undecodable_history_is_corrupt_on_load() {
     raw(&url)
         .await
         .execute(
-            &format!("UPDATE {table} SET messages = '[{{\"not\": 1}}]'"),
+            &format!("UPDATE {table}_messages SET message = '{{\"not\": 1}}'"),
             &[],
         )
         .await

@@ -106,16 +106,23 @@ async fn a_redis_hash_with_an_undecodable_history_is_corrupt_on_load() {
         .await
         .unwrap();
     let mut conn = raw(&url).await;
-    for (field, value) in [("messages", "[{\"not\": \"a message\"}]"), ("version", "0")] {
+    for (field, value) in [("message", "{\"not\": \"a message\"}"), ("version", "0")] {
         let key = SessionKey::new(Some("u"), &format!("bad-{field}"));
         store.save(&key, &[Msg::user("hi")], 0).await.unwrap();
-        let _: () = redis::cmd("HSET")
-            .arg(store.data_key(&key))
-            .arg(field)
-            .arg(value)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let command = if field == "message" {
+            redis::cmd("LSET")
+                .arg(store.messages_key(&key))
+                .arg(0)
+                .arg(value)
+                .clone()
+        } else {
+            redis::cmd("HSET")
+                .arg(store.data_key(&key))
+                .arg(field)
+                .arg(value)
+                .clone()
+        };
+        let _: () = command.query_async(&mut conn).await.unwrap();
         let err = store.load(&key).await.unwrap_err();
         assert_eq!(err.kind(), StoreErrorKind::Corrupt, "{field}: {err}");
         assert!(err.to_string().contains(&format!("u/bad-{field}")), "{err}");
