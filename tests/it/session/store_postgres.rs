@@ -265,3 +265,122 @@ async fn a_postgres_server_that_is_stopped_fails_calls_cleanly_and_the_next_call
     );
     assert_eq!(store.save(&key, &[Msg::user("after")], 1).await.unwrap(), 2);
 }
+
+fn history(n: usize) -> Vec<Msg> {
+    (0..n)
+        .map(|i| Msg::user(format!("question {i}: what is the status of order {i}?")))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_row_saved_in_the_whole_history_format_loads_and_converts_on_its_first_save() {
+    let Some(url) = postgres_url() else { return };
+    let table = fresh_table();
+    let store = connect(&url, &table).await;
+    let key = SessionKey::new(Some("u"), "old-format");
+    let k = serde_json::json!([key.user_id, key.session_id]).to_string();
+    let old = history(3);
+    let raw = raw(&url).await;
+    // What the store wrote before append-only saves: the whole history in the row.
+    raw.execute(
+        &format!(
+            "INSERT INTO {table} (session_key, user_id, session_id, version, fence, format, messages)
+             VALUES ($1, 'u', 'old-format', 3, 0, 'rein-session/1', $2)"
+        ),
+        &[&k, &serde_json::to_string(&old).unwrap()],
+    )
+    .await
+    .unwrap();
+    let loaded = store.load(&key).await.unwrap();
+    assert_eq!((loaded.messages.clone(), loaded.version), (old.clone(), 3));
+    let mut new = old.clone();
+    new.push(Msg::assistant("appended"));
+    assert_eq!(store.save_from(&key, &new, 3, 3).await.unwrap(), 4);
+    let row = raw
+        .query_one(
+            &format!(
+                "SELECT format, messages, msg_count,
+                        (SELECT count(*) FROM {table}_messages WHERE session_key = $1)
+                 FROM {table} WHERE session_key = $1"
+            ),
+            &[&k],
+        )
+        .await
+        .unwrap();
+    let (format, messages, count, rows): (String, String, i64, i64) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert_eq!(
+        (format.as_str(), messages.as_str(), count, rows),
+        ("rein-session/2", "", 4, 4)
+    );
+    let loaded = store.load(&key).await.unwrap();
+    assert_eq!((loaded.messages, loaded.version), (new, 4));
+    assert!(store.delete(&key).await.unwrap());
+    let rows: i64 = raw
+        .query_one(
+            &format!("SELECT count(*) FROM {table}_messages WHERE session_key = $1"),
+            &[&k],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0);
+}
+
+/// The WAL one save writes (`pg_current_wal_lsn` before and after), the least of a few
+/// tries: other tests write WAL too, which only adds.
+async fn wal_of_one_save(
+    raw: &tokio_postgres::Client,
+    store: &PostgresSessionStore,
+    key: &SessionKey,
+    messages: &[Msg],
+) -> i64 {
+    let mut least = i64::MAX;
+    let mut version = store.load(key).await.unwrap().version;
+    for _ in 0..5 {
+        let before: String = raw
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await
+            .unwrap()
+            .get(0);
+        // One call's worth: the last two messages rewritten over the stored history.
+        version = store
+            .save_from(key, messages, messages.len() - 2, version)
+            .await
+            .unwrap();
+        let wal: i64 = raw
+            .query_one(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)::bigint",
+                &[&before],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        least = least.min(wal);
+    }
+    least
+}
+
+#[tokio::test]
+async fn wal_a_save_writes_does_not_grow_with_the_history() {
+    let Some(url) = postgres_url() else { return };
+    let store = connect(&url, &fresh_table()).await;
+    let raw = raw(&url).await;
+    let mut wal = Vec::new();
+    for n in [10, 1000] {
+        let key = SessionKey::new(Some("u"), &format!("s-{n:04}"));
+        let messages = history(n);
+        store.save(&key, &messages, 0).await.unwrap();
+        wal.push(wal_of_one_save(&raw, &store, &key, &messages).await);
+        assert_eq!(store.load(&key).await.unwrap().messages, messages);
+    }
+    // A whole rewrite of 1,000 messages is over 60 kB of WAL; two rows are a few hundred
+    // bytes, whatever the history's length.
+    assert!(
+        wal[1] <= wal[0] * 2 + 1024,
+        "10 messages: {} B of WAL, 1,000: {} B",
+        wal[0],
+        wal[1]
+    );
+    assert!(wal[1] < 8_000, "{wal:?}");
+}

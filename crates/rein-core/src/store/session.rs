@@ -268,19 +268,20 @@ pub trait SessionStore: Send + Sync + 'static {
     /// `messages.len()` (a larger value is read as `messages.len()`). The version check,
     /// atomicity and errors are those of `save`.
     ///
-    /// A store that holds fewer than `unchanged` messages at `expected_version` (the
-    /// caller's claim is wrong) must not write: it fails with
-    /// [`StoreErrorKind::Conflict`], as when another writer saved first (the caller
-    /// reloads). A store cannot detect a prefix that differs in content; passing one is
-    /// the caller's bug.
+    /// A store that writes only the tail and finds it holds fewer than `unchanged`
+    /// messages at `expected_version` (the caller's claim is wrong) must not write: it
+    /// fails with [`StoreErrorKind::Conflict`] (see [`unchanged_beyond_stored`]), as
+    /// when another writer saved first, and the caller reloads. A whole rewrite (the
+    /// default) stores `messages` exactly either way. No store can detect a prefix that
+    /// differs in content: passing one is the caller's bug.
     ///
     /// The default calls [`save`](Self::save) with all of `messages` (a whole rewrite),
     /// so a store that does not override it keeps working unchanged. The Redis and
     /// PostgreSQL stores and [`InMemorySessionStore`] write only `messages[unchanged..]`.
     ///
     /// # Errors
-    /// As [`save`](Self::save); [`StoreErrorKind::Conflict`] also when the store holds
-    /// fewer than `unchanged` messages.
+    /// As [`save`](Self::save); [`StoreErrorKind::Conflict`] also when a store that
+    /// writes only the tail holds fewer than `unchanged` messages.
     fn save_from(
         &self,
         key: &SessionKey,
