@@ -1,9 +1,12 @@
 //! rein's session stores on shared engines, for agents that run on several replicas.
 //!
-//! - [`RedisSessionStore`] (feature `redis`): one Redis hash per session, every save a
-//!   Lua compare-and-set on the version (and the lease's fence).
-//! - [`PostgresSessionStore`] (feature `postgres`): one row per session in a table created
-//!   by an idempotent migration, every save an `UPDATE … WHERE version = $expected`.
+//! - [`RedisSessionStore`] (feature `redis`): one Redis hash and one list of messages per
+//!   session, every save a Lua compare-and-set on the version (and the lease's fence)
+//!   that writes only what the call changed.
+//! - [`PostgresSessionStore`] (feature `postgres`): one row per session and one row per
+//!   message in tables created by an idempotent migration, every save one statement
+//!   `UPDATE … WHERE version = $expected` that writes only the messages the call
+//!   changed.
 //! - [`PostgresAuditSink`] (feature `postgres`): the audit records of every replica in one
 //!   table, one batched insert per batch off the call path.
 //!

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{
-    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
+    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
+    Timeouts,
 };
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -45,11 +46,19 @@ const DEFAULT_TABLE: &str = "rein_sessions";
 ///     session_id  text NOT NULL,
 ///     version     bigint NOT NULL,           -- 1, 2, … (a missing row is version 0)
 ///     fence       bigint NOT NULL DEFAULT 0, -- fence of the last fenced save
-///     format      text NOT NULL,             -- 'rein-session/1'
-///     messages    text NOT NULL,             -- the JSON history
+///     format      text NOT NULL,             -- 'rein-session/2' ('/1': see below)
+///     messages    text NOT NULL,             -- '' ('/1': the whole JSON history)
 ///     updated_at  timestamptz NOT NULL DEFAULT now()
 /// );
+/// ALTER TABLE t ADD COLUMN IF NOT EXISTS msg_count bigint;  -- how many messages
+/// ALTER TABLE t ADD COLUMN IF NOT EXISTS msg_bytes bigint;  -- bytes of their JSON
 /// CREATE INDEX IF NOT EXISTS t_user ON t (user_id, session_id);
+/// CREATE TABLE IF NOT EXISTS t_messages (
+///     session_key text NOT NULL,
+///     idx         bigint NOT NULL,           -- 0, 1, … in the conversation's order
+///     message     text NOT NULL,             -- one JSON message
+///     PRIMARY KEY (session_key, idx)
+/// );
 /// CREATE TABLE IF NOT EXISTS t_leases (
 ///     session_key text PRIMARY KEY,
 ///     token       text NOT NULL,
@@ -59,11 +68,21 @@ const DEFAULT_TABLE: &str = "rein_sessions";
 /// );
 /// ```
 ///
-/// The history is `text`, not `jsonb`: `jsonb` rejects `\u0000` in strings, which a
-/// conversation may contain. A save is one statement, `UPDATE … WHERE session_key = $1
-/// AND version = $expected` (an `INSERT … ON CONFLICT DO NOTHING` for version 0); no
-/// row changed means a `Conflict` (or `Corrupt`, for a row whose format is not
-/// `rein-session/1`, which is never overwritten).
+/// Messages are `text`, not `jsonb`: `jsonb` rejects `\u0000` in strings, which a
+/// conversation may contain. A save is one statement (so one transaction): an `UPDATE
+/// … WHERE session_key = $1 AND version = $expected` of the session row (an `INSERT …
+/// ON CONFLICT DO NOTHING` for version 0) that, only when it changed the row, upserts
+/// the message rows the save writes (from index `unchanged` on, see
+/// [`SessionStore::save_from`](rein_core::SessionStore::save_from)) and deletes those
+/// past the new end, so the bytes a call writes (WAL included) do not grow with the
+/// history. No row changed means a `Conflict` (or `Corrupt`, for a row whose format is
+/// not a rein session's, which is never overwritten). A load reads the session row and
+/// its messages in one statement (one snapshot).
+///
+/// A row saved before this layout (format `rein-session/1`, the whole history in
+/// `messages`) loads as before and is converted by its first save (one more statement,
+/// with the whole history). Replicas running an older version refuse a converted row
+/// as [`StoreErrorKind::Corrupt`] and never overwrite it: upgrade every replica.
 ///
 /// # Leases
 /// Leases are rows of `t_leases` with an expiry, not advisory locks: an advisory lock
@@ -80,7 +99,9 @@ const DEFAULT_TABLE: &str = "rein_sessions";
 /// `DATABASE_URL`, else the libpq variables `PGHOST` (required then), `PGPORT`,
 /// `PGUSER`, `PGPASSWORD`, `PGDATABASE`. Connections are plain TCP or Unix sockets (no
 /// TLS), pooled by `deadpool-postgres` (default 8); a connection that died with the
-/// server is replaced on the next call.
+/// server is replaced on the next call. A lease acquisition waits for a pooled
+/// connection only as long as is left of its lease wait: an exhausted pool makes it a
+/// [`StoreErrorKind::Busy`] refusal within [`LeaseConfig::wait`](rein_core::store::LeaseConfig::wait).
 #[derive(Clone)]
 pub struct PostgresSessionStore {
     pool: Pool,
@@ -448,11 +469,38 @@ impl PostgresSessionStore {
         &self.table
     }
 
-    async fn client(&self, key: Option<&SessionKey>) -> Result<Object, StoreError> {
-        self.pool
-            .get()
-            .await
-            .map_err(|e| pool_error(key, "getting a connection", e))
+    /// A pooled connection, waiting for a free one at most `wait` (`None`: the pool's
+    /// own wait timeout). A lease acquisition passes what is left of its lease wait, so
+    /// a `Busy` refusal never waits longer for the pool than for the lease.
+    async fn client(
+        &self,
+        key: Option<&SessionKey>,
+        wait: Option<Duration>,
+    ) -> Result<Object, StoreError> {
+        let got = match wait {
+            None => self.pool.get().await,
+            Some(wait) => {
+                let timeouts = Timeouts {
+                    wait: Some(wait),
+                    ..self.pool.timeouts()
+                };
+                self.pool.timeout_get(&timeouts).await
+            }
+        };
+        got.map_err(|e| match (e, key, wait) {
+            (PoolError::Timeout(TimeoutType::Wait), Some(key), Some(wait)) => {
+                StoreError::with_kind(
+                    StoreErrorKind::Busy,
+                    key,
+                    format!(
+                        "no PostgreSQL connection came free within the lease wait ({wait:?}; \
+                         all {} pooled connections are busy); nothing ran",
+                        self.pool.status().max_size
+                    ),
+                )
+            }
+            (e, _, _) => pool_error(key, "getting a connection", e),
+        })
     }
 
     /// A pooled connection and `sql` prepared on it (once per connection).
@@ -462,7 +510,18 @@ impl PostgresSessionStore {
         what: &str,
         sql: &str,
     ) -> Result<(Object, Statement), StoreError> {
-        let client = self.client(key).await?;
+        self.prepared_within(key, what, sql, None).await
+    }
+
+    /// [`prepared`](Self::prepared), waiting for a connection at most `wait`.
+    async fn prepared_within(
+        &self,
+        key: Option<&SessionKey>,
+        what: &str,
+        sql: &str,
+        wait: Option<Duration>,
+    ) -> Result<(Object, Statement), StoreError> {
+        let client = self.client(key, wait).await?;
         let statement = client
             .prepare_cached(sql)
             .await
@@ -756,9 +815,12 @@ impl PostgresSessionStore {
 
     async fn inner_delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
         let k = key_string(key);
-        let n = self
-            .execute(Some(key), "deleting the session", &self.sql.delete, &[&k])
-            .await?;
+        let what = "deleting the session";
+        let rows = self.query(Some(key), what, &self.sql.delete, &[&k]).await?;
+        let n: i64 = match rows.first() {
+            Some(row) => row.try_get(0).map_err(|e| pg_error(Some(key), what, &e))?,
+            None => 0,
+        };
         Ok(n > 0)
     }
 
@@ -790,19 +852,23 @@ impl PostgresSessionStore {
     ) -> Result<Lease, StoreError> {
         rein_core::store::check_key(key)?;
         let k = key_string(key);
+        // The lease wait bounds the pool wait too: an attempt waits for a connection
+        // only as long as is left of it (a `Busy` refusal, not the pool's timeout).
+        let deadline = tokio::time::Instant::now() + wait;
         acquire_polling(key, ttl, wait, |token, ttl_ms| {
             let k = &k;
             async move {
                 // At most 86,400,000 ms: exact as a float.
                 let ms = ttl_ms as f64;
-                let rows = self
-                    .query(
-                        Some(key),
-                        "acquiring the lease",
-                        &self.sql.acquire,
-                        &[k, &token, &ms],
-                    )
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let what = "acquiring the lease";
+                let (client, statement) = self
+                    .prepared_within(Some(key), what, &self.sql.acquire, Some(left))
                     .await?;
+                let rows = client
+                    .query(&statement, &[k, &token, &ms])
+                    .await
+                    .map_err(|e| pg_error(Some(key), what, &e))?;
                 Ok(match rows.first() {
                     Some(row) => {
                         let fence: i64 = row

@@ -384,3 +384,57 @@ async fn wal_a_save_writes_does_not_grow_with_the_history() {
     );
     assert!(wal[1] < 8_000, "{wal:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_refusal_waits_no_longer_than_the_lease_wait_even_when_the_pool_is_exhausted() {
+    let Some(url) = postgres_url() else { return };
+    let table = fresh_table();
+    let store = PostgresSessionStore::builder()
+        .url(&url)
+        .table(&table)
+        .pool_size(1)
+        .connect()
+        .await
+        .unwrap();
+    let key = SessionKey::new(None, "pool");
+    store.save(&key, &[Msg::user("hi")], 0).await.unwrap();
+    // The pool's only connection is held by a load blocked behind a table lock.
+    let raw = raw(&url).await;
+    raw.batch_execute(&format!("BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
+        .await
+        .unwrap();
+    let blocked = tokio::spawn({
+        let (store, key) = (store.clone(), key.clone());
+        async move { store.load(&key).await }
+    });
+    let waiting = format!(
+        "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = '{table}'::regclass"
+    );
+    while raw.query_one(&waiting, &[]).await.unwrap().get::<_, i64>(0) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let ttl = Duration::from_secs(30);
+    // Wait zero: refused at once, while the pool's connection is still taken (the
+    // pool's own wait timeout is 10 s; the bound below only guards against a hang).
+    let started = Instant::now();
+    let err = store.acquire(&key, ttl, Duration::ZERO).await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Busy, "{err}");
+    assert!(err.to_string().contains("pool"), "{err}");
+    assert!(!blocked.is_finished());
+    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    // A wait of 300 ms: refused after it, not after the pool's timeout.
+    let started = Instant::now();
+    let err = store
+        .acquire(&key, ttl, Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Busy, "{err}");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{took:?}");
+    assert!(!blocked.is_finished());
+    raw.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(blocked.await.unwrap().unwrap().version, 1);
+    // With the connection back, the lease is free.
+    let lease = store.acquire(&key, ttl, Duration::ZERO).await.unwrap();
+    assert!(store.release(&lease).await.unwrap());
+}

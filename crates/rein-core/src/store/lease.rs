@@ -254,7 +254,9 @@ pub struct LeaseConfig {
     pub ttl: Duration,
     /// How long a call waits for a session another holder (another replica) is running
     /// a call on before it fails with [`StoreErrorKind::Busy`] (default 10 s; zero: one
-    /// attempt).
+    /// attempt). It bounds the whole refusal: a store that needs a connection from a
+    /// pool to try (PostgreSQL) waits for one only as long as is left of it, and an
+    /// exhausted pool is a `Busy` refusal too.
     pub wait: Duration,
 }
 

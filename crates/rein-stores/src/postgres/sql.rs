@@ -164,9 +164,12 @@ impl Sql {
             lease_held: format!(
                 "SELECT 1 FROM {l} WHERE session_key = $1 AND token = $2 AND expires_at > clock_timestamp()"
             ),
+            // The session row first, then its messages (the order a save locks them in).
             delete: format!(
-                "WITH m AS (DELETE FROM {m} WHERE session_key = $1)
-                 DELETE FROM {t} WHERE session_key = $1"
+                "WITH s AS (DELETE FROM {t} WHERE session_key = $1 RETURNING 1),
+                      m AS (DELETE FROM {m} WHERE session_key = $1
+                              AND (SELECT count(*) FROM s) >= 0)
+                 SELECT count(*) FROM s"
             ),
             list_user: format!(
                 "SELECT session_id FROM {t} WHERE user_id = $1 ORDER BY session_id"
