@@ -510,7 +510,8 @@ fn main() {
     print!("{}", store_table(&stores, store_samples.max(1)));
     // Per-call store cost of a held session (the `save` row), 1,000 messages over 10.
     let store_ratio = |store| {
-        ratio_1000_over_10(&stores, store, "save").map_or("skipped".to_owned(), |r| format!("{r:.2}"))
+        ratio_1000_over_10(&stores, store, "save")
+            .map_or("skipped".to_owned(), |r| format!("{r:.2}"))
     };
     println!(
         "(report took {:.1?})",

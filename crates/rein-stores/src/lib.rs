@@ -108,7 +108,13 @@ macro_rules! engine_store_traits {
                 unchanged: usize,
                 expected_version: u64,
             ) -> impl Future<Output = Result<u64, StoreError>> + Send {
-                self.inner_save(lease.key(), messages, unchanged, expected_version, Some(lease))
+                self.inner_save(
+                    lease.key(),
+                    messages,
+                    unchanged,
+                    expected_version,
+                    Some(lease),
+                )
             }
         }
     };

@@ -659,7 +659,11 @@ impl PostgresSessionStore {
         let version = next_version(key, expected)?;
         let new = to_i64(key, "version", version)?;
         let old = to_i64(key, "version", expected)?;
-        let from = to_i64(key, "message index", u64::try_from(unchanged).unwrap_or(u64::MAX))?;
+        let from = to_i64(
+            key,
+            "message index",
+            u64::try_from(unchanged).unwrap_or(u64::MAX),
+        )?;
         let texts = encode_each(key, &messages[unchanged..])?;
         let bytes: usize = texts.iter().map(String::len).sum();
         let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
@@ -672,7 +676,9 @@ impl PostgresSessionStore {
         let max = i64::try_from(self.max_bytes).unwrap_or(i64::MAX);
         let k = key_string(key);
         if expected == 0 && unchanged > 0 {
-            return Err(self.why_not_saved(key, &k, unchanged, written, expected, lease).await);
+            return Err(self
+                .why_not_saved(key, &k, unchanged, written, expected, lease)
+                .await);
         }
         let fence = lease.map(|l| to_i64(key, "fence", l.fence())).transpose()?;
         let token = lease.map(Lease::token);
@@ -681,12 +687,14 @@ impl PostgresSessionStore {
             (None, 0) => {
                 let params: [&(dyn ToSql + Sync); 5] =
                     [&k, &key.user_id, &key.session_id, &texts, &bytes];
-                self.query(Some(key), what, &self.sql.insert, &params).await?
+                self.query(Some(key), what, &self.sql.insert, &params)
+                    .await?
             }
             (None, _) => {
                 let params: [&(dyn ToSql + Sync); 7] =
                     [&k, &old, &new, &from, &texts, &bytes, &max];
-                self.query(Some(key), what, &self.sql.update, &params).await?
+                self.query(Some(key), what, &self.sql.update, &params)
+                    .await?
             }
             (Some(_), 0) => {
                 let params: [&(dyn ToSql + Sync); 7] = [
@@ -702,9 +710,8 @@ impl PostgresSessionStore {
                     .await?
             }
             (Some(_), _) => {
-                let params: [&(dyn ToSql + Sync); 9] = [
-                    &k, &old, &new, &from, &texts, &bytes, &max, &token, &fence,
-                ];
+                let params: [&(dyn ToSql + Sync); 9] =
+                    [&k, &old, &new, &from, &texts, &bytes, &max, &token, &fence];
                 self.query(Some(key), what, &self.sql.update_fenced, &params)
                     .await?
             }
@@ -712,7 +719,9 @@ impl PostgresSessionStore {
         if rows.len() == 1 {
             return Ok(version);
         }
-        Err(self.why_not_saved(key, &k, unchanged, written, expected, lease).await)
+        Err(self
+            .why_not_saved(key, &k, unchanged, written, expected, lease)
+            .await)
     }
 
     /// Why a save changed no row: the lease, a corrupt row, a later fence, the version,
@@ -807,7 +816,9 @@ impl PostgresSessionStore {
             u64::try_from(bytes.unwrap_or(0).saturating_sub(removed)).unwrap_or(0)
         };
         let size = array_bytes(
-            u64::try_from(unchanged).unwrap_or(u64::MAX).saturating_add(written.0),
+            u64::try_from(unchanged)
+                .unwrap_or(u64::MAX)
+                .saturating_add(written.0),
             kept.saturating_add(written.1),
         );
         rein_core::store::too_large(key, "saving", size, self.max_bytes).into()

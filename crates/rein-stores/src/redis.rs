@@ -8,7 +8,9 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
 use crate::lease::acquire_polling;
-use crate::{FORMAT, FORMAT_APPEND, array_bytes, decode_each, decode_messages, encode_each, key_string};
+use crate::{
+    FORMAT, FORMAT_APPEND, array_bytes, decode_each, decode_messages, encode_each, key_string,
+};
 use rein_core::Msg;
 use rein_core::store::Lease;
 use rein_core::store::{SessionKey, StoreError, StoreErrorKind, StoredSession, next_version};
@@ -528,8 +530,7 @@ impl RedisSessionStore {
                 Ok(StoredSession::new(messages, version))
             }
             [status, format, version, stored_key, length, messages @ ..] if status == b"ok2" => {
-                let version =
-                    self.check_loaded(key, FORMAT_APPEND, format, version, stored_key)?;
+                let version = self.check_loaded(key, FORMAT_APPEND, format, version, stored_key)?;
                 if text(length).parse::<usize>().ok() != Some(messages.len()) {
                     return Err(corrupt(
                         key,
@@ -638,7 +639,12 @@ impl RedisSessionStore {
         );
         let max = u64::try_from(self.max_bytes).unwrap_or(u64::MAX);
         if floor > max {
-            return Err(rein_core::store::too_large(key, "saving", floor, self.max_bytes));
+            return Err(rein_core::store::too_large(
+                key,
+                "saving",
+                floor,
+                self.max_bytes,
+            ));
         }
         let mut conn = self.conn();
         let mut invocation = self.scripts.save.prepare_invoke();
@@ -669,12 +675,14 @@ impl RedisSessionStore {
                 let found = text(found).parse().unwrap_or(0);
                 Err(StoreError::conflict(key, expected, found))
             }
-            [status, length] if status == b"short" => Err(rein_core::store::unchanged_beyond_stored(
-                key,
-                unchanged,
-                text(length).parse().unwrap_or(0),
-                expected,
-            )),
+            [status, length] if status == b"short" => {
+                Err(rein_core::store::unchanged_beyond_stored(
+                    key,
+                    unchanged,
+                    text(length).parse().unwrap_or(0),
+                    expected,
+                ))
+            }
             [status, bytes] if status == b"too_large" => Err(rein_core::store::too_large(
                 key,
                 "saving",

@@ -93,9 +93,7 @@ fn numbered(n: usize) -> Vec<Msg> {
     (0..n).map(|i| Msg::user(format!("m{i}"))).collect()
 }
 
-async fn a_save_after_an_in_place_change_rewrites_from_the_change<S: SessionStore>(
-    h: &Harness<S>,
-) {
+async fn a_save_after_an_in_place_change_rewrites_from_the_change<S: SessionStore>(h: &Harness<S>) {
     let store = h.client().await;
     let key = SessionKey::new(Some("alice"), "in-place");
     let mut history = numbered(6);
@@ -107,15 +105,24 @@ async fn a_save_after_an_in_place_change_rewrites_from_the_change<S: SessionStor
     history.push(Msg::user("m7"));
     let v = store.save_from(&key, &history, 3, v).await.unwrap();
     let loaded = h.client().await.load(&key).await.unwrap();
-    assert_eq!((loaded.messages.clone(), loaded.version), (history.clone(), v));
+    assert_eq!(
+        (loaded.messages.clone(), loaded.version),
+        (history.clone(), v)
+    );
     // A shorter history from an index on (the tail replaced by less) stores exactly it.
     history.truncate(4);
     history.push(Msg::assistant("m4 again"));
     let v = store.save_from(&key, &history, 4, v).await.unwrap();
     let loaded = store.load(&key).await.unwrap();
-    assert_eq!((loaded.messages.clone(), loaded.version), (history.clone(), v));
+    assert_eq!(
+        (loaded.messages.clone(), loaded.version),
+        (history.clone(), v)
+    );
     // Nothing new: a save that changes nothing still bumps the version.
-    let v2 = store.save_from(&key, &history, history.len(), v).await.unwrap();
+    let v2 = store
+        .save_from(&key, &history, history.len(), v)
+        .await
+        .unwrap();
     assert_eq!(v2, v + 1);
     assert_eq!(store.load(&key).await.unwrap().messages, history);
     // A whole rewrite (unchanged 0) over an appended session replaces everything.
@@ -123,7 +130,10 @@ async fn a_save_after_an_in_place_change_rewrites_from_the_change<S: SessionStor
     store.save_from(&key, &other, 0, v2).await.unwrap();
     assert_eq!(store.load(&key).await.unwrap().messages, other);
     // A stale version conflicts and writes nothing, whatever `unchanged` says.
-    let err = store.save_from(&key, &numbered(9), 1, v2).await.unwrap_err();
+    let err = store
+        .save_from(&key, &numbered(9), 1, v2)
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), StoreErrorKind::Conflict, "{err}");
     assert_eq!(store.load(&key).await.unwrap().messages, other);
 }

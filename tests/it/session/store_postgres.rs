@@ -400,9 +400,11 @@ async fn a_busy_refusal_waits_no_longer_than_the_lease_wait_even_when_the_pool_i
     store.save(&key, &[Msg::user("hi")], 0).await.unwrap();
     // The pool's only connection is held by a load blocked behind a table lock.
     let raw = raw(&url).await;
-    raw.batch_execute(&format!("BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
-        .await
-        .unwrap();
+    raw.batch_execute(&format!(
+        "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+    ))
+    .await
+    .unwrap();
     let blocked = tokio::spawn({
         let (store, key) = (store.clone(), key.clone());
         async move { store.load(&key).await }
@@ -421,7 +423,11 @@ async fn a_busy_refusal_waits_no_longer_than_the_lease_wait_even_when_the_pool_i
     assert_eq!(err.kind(), StoreErrorKind::Busy, "{err}");
     assert!(err.to_string().contains("pool"), "{err}");
     assert!(!blocked.is_finished());
-    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
     // A wait of 300 ms: refused after it, not after the pool's timeout.
     let started = Instant::now();
     let err = store
@@ -430,7 +436,10 @@ async fn a_busy_refusal_waits_no_longer_than_the_lease_wait_even_when_the_pool_i
         .unwrap_err();
     assert_eq!(err.kind(), StoreErrorKind::Busy, "{err}");
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
     assert!(!blocked.is_finished());
     raw.batch_execute("COMMIT").await.unwrap();
     assert_eq!(blocked.await.unwrap().unwrap().version, 1);

@@ -294,7 +294,10 @@ async fn a_session_saved_in_the_whole_history_format_loads_and_converts_on_its_f
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!((format.as_str(), field, length), ("rein-session/2", false, 4));
+    assert_eq!(
+        (format.as_str(), field, length),
+        ("rein-session/2", false, 4)
+    );
     let loaded = store.load(&key).await.unwrap();
     assert_eq!((loaded.messages, loaded.version), (new.clone(), 4));
     // Deleting removes the list too.
@@ -350,6 +353,11 @@ async fn bytes_a_save_sends_to_redis_do_not_grow_with_the_history() {
     server.kill().unwrap();
     server.wait().unwrap();
     // The same bytes (the INFO request included), give or take a digit.
-    assert!(sent[1] <= sent[0] + 8, "10 messages: {} B, 1,000: {} B", sent[0], sent[1]);
+    assert!(
+        sent[1] <= sent[0] + 8,
+        "10 messages: {} B, 1,000: {} B",
+        sent[0],
+        sent[1]
+    );
     assert!(sent[1] < 2_000, "{sent:?}");
 }

@@ -41,8 +41,7 @@ impl Sql {
                  AND expires_at > clock_timestamp() FOR SHARE),"
             )
         };
-        let columns =
-            "session_key, user_id, session_id, version, fence, format, messages, msg_count, msg_bytes";
+        let columns = "session_key, user_id, session_id, version, fence, format, messages, msg_count, msg_bytes";
         // The rows of the messages written (`texts`, from index `from`) once the session
         // row `s` changed, replacing any stored at those indexes, and the removal of
         // stored rows past the new end.
