@@ -15,7 +15,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use support::stores::{store_rows, store_table};
+use support::stores::{ratio_1000_over_10, store_rows, store_table};
 
 fn main() {
     let benching = std::env::args().any(|a| a == "--bench");
@@ -30,4 +30,10 @@ fn main() {
     let rt = support::runtime();
     let rows = rt.block_on(store_rows(samples));
     print!("{}", store_table(&rows, samples));
+    for store in ["redis", "postgres"] {
+        match ratio_1000_over_10(&rows, store, "save") {
+            Some(r) => println!("{store}_1000_over_10={r:.2}"),
+            None => println!("{store}_1000_over_10=skipped"),
+        }
+    }
 }

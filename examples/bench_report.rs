@@ -60,7 +60,7 @@ use rein::*;
 mod support;
 
 use support::scale::*;
-use support::stores::{store_rows, store_table};
+use support::stores::{ratio_1000_over_10, store_rows, store_table};
 use support::*;
 
 const DEBUG: bool = cfg!(debug_assertions);
@@ -515,6 +515,11 @@ fn main() {
         "  per chunk of a 1,000-chunk streamed reply", chunk[0], chunk[1], chunk[2]
     );
     print!("{}", store_table(&stores, store_samples.max(1)));
+    // Per-call store cost of a held session (the `save` row), 1,000 messages over 10.
+    let store_ratio = |store| {
+        ratio_1000_over_10(&stores, store, "save")
+            .map_or("skipped".to_owned(), |r| format!("{r:.2}"))
+    };
     println!(
         "(report took {:.1?})",
         Duration::from_secs_f64(started.elapsed().as_secs_f64())
@@ -527,7 +532,7 @@ fn main() {
          production_calls_per_s={:.0} production_p99_us={:.1} chunk_ns={:.1} \
          observed_chunk_ns={:.1} masked_chunk_ns={:.1} mask_mb_s={:.0} mask_worst_mb_s={:.0} \
          hooks10_added_us={:.2} synchooks10_added_us={:.2} production_added_us={:.2} \
-         budget_added_us={:.2}",
+         budget_added_us={:.2} redis_1000_over_10={} postgres_1000_over_10={}",
         w1[0],
         w1[1] / w1[0],
         w1[2] / w1[0],
@@ -551,5 +556,7 @@ fn main() {
         w1[2] - w1[0],
         w1[3] - w1[0],
         w1[4] - w1[0],
+        store_ratio("redis"),
+        store_ratio("postgres"),
     );
 }

@@ -2,13 +2,18 @@
 //! example: what a call on a stored session adds to it, timed call by call so p50 and
 //! p99 are real percentiles of single calls.
 //!
-//! - `load+save`: a load, then a save over the loaded version (an agent with
-//!   `session_store`);
-//! - `leased`: acquire the session's lease, load, fenced save, release (an agent with
-//!   `leased_session_store`: the traffic of every call);
+//! - `save`: what an agent with `session_store` writes per call on a session it holds
+//!   (it loads only on the first call): one save of what the call added, two messages
+//!   over the stored history ([`SessionStore::save_from`]); the `bench_report` keys
+//!   `redis_1000_over_10=` and `postgres_1000_over_10=` are this row's p50 at 1,000
+//!   messages over its p50 at 10;
+//! - `load+save`: a load, then a save of the last two messages over the loaded version
+//!   (an agent that reloads every call);
+//! - `leased`: acquire the session's lease, load, fenced save of the last two messages,
+//!   release (an agent with `leased_session_store`: the traffic of every call);
 //! - `journal`: what the effect journal adds per tool call that is not read-only: the
-//!   claim before the tool and the settle after it, two saves (fenced under a held lease
-//!   where the store has leases).
+//!   claim before the tool and the settle after it, two saves of the last message (its
+//!   metadata changes; fenced under a held lease where the store has leases).
 //!
 //! Histories of 10 and 1,000 messages (~60 bytes of text each), on the in-memory, file,
 //! Redis (feature `redis`, `REIN_REDIS_URL`) and PostgreSQL (feature `postgres`,
@@ -65,6 +70,35 @@ fn key(label: &str, n: usize) -> SessionKey {
     )
 }
 
+/// Times `samples` saves of one call's two messages over a held session of `n`.
+async fn save_only<S: SessionStore>(
+    store: &S,
+    n: usize,
+    samples: usize,
+) -> Result<(Duration, Duration), StoreError> {
+    let key = key("save", n);
+    let messages = store_history(n);
+    let mut version = store.load(&key).await?.version;
+    version = store.save(&key, &messages, version).await?;
+    let mut times = Vec::with_capacity(samples);
+    for i in 0..samples + samples / 10 + 1 {
+        let t = Instant::now();
+        version = store.save_from(&key, &messages, n - 2, version).await?;
+        if i > samples / 10 {
+            times.push(t.elapsed());
+        }
+    }
+    Ok(percentiles(&mut times))
+}
+
+/// `p50 at 1,000 / p50 at 10` of the row of `store` and `mode`, when it was measured.
+pub fn ratio_1000_over_10(rows: &[StoreRow], store: &str, mode: &str) -> Option<f64> {
+    rows.iter()
+        .find(|r| r.store == store && r.mode == mode)
+        .and_then(|r| r.result.as_ref().ok())
+        .map(|[(a50, _), (b50, _)]| b50.as_secs_f64() / a50.as_secs_f64())
+}
+
 /// Times `samples` calls of load + save (after `samples / 10 + 1` untimed ones).
 async fn load_save<S: SessionStore>(
     store: &S,
@@ -77,7 +111,12 @@ async fn load_save<S: SessionStore>(
     for i in 0..samples + samples / 10 + 1 {
         let t = Instant::now();
         let loaded = store.load(&key).await?;
-        std::hint::black_box(store.save(&key, &messages, loaded.version).await?);
+        let unchanged = loaded.messages.len().min(n - 2);
+        std::hint::black_box(
+            store
+                .save_from(&key, &messages, unchanged, loaded.version)
+                .await?,
+        );
         if i > samples / 10 {
             times.push(t.elapsed());
         }
@@ -100,7 +139,12 @@ async fn leased<S: SessionStore + SessionLeases>(
             .acquire(&key, Duration::from_secs(30), Duration::from_secs(5))
             .await?;
         let loaded = store.load(&key).await?;
-        std::hint::black_box(store.save_fenced(&lease, &messages, loaded.version).await?);
+        let unchanged = loaded.messages.len().min(n - 2);
+        std::hint::black_box(
+            store
+                .save_fenced_from(&lease, &messages, unchanged, loaded.version)
+                .await?,
+        );
         store.release(&lease).await?;
         if i > samples / 10 {
             times.push(t.elapsed());
@@ -110,8 +154,9 @@ async fn leased<S: SessionStore + SessionLeases>(
 }
 
 /// Times `samples` tool calls' journal writes on a held lease: the claim before the
-/// tool and the settle after it, each a fenced save of the whole history (what the
-/// effect journal adds to a call per turn with a tool that is not read-only).
+/// tool and the settle after it, each a fenced save of the last message over the stored
+/// history (what the effect journal adds to a call per turn with a tool that is not
+/// read-only).
 async fn journal_leased<S: SessionStore + SessionLeases>(
     store: &S,
     n: usize,
@@ -123,11 +168,16 @@ async fn journal_leased<S: SessionStore + SessionLeases>(
         .acquire(&key, Duration::from_secs(300), Duration::from_secs(5))
         .await?;
     let mut version = store.load(&key).await?.version;
+    version = store.save_fenced(&lease, &messages, version).await?;
     let mut times = Vec::with_capacity(samples);
     for i in 0..samples + samples / 10 + 1 {
         let t = Instant::now();
-        version = store.save_fenced(&lease, &messages, version).await?;
-        version = store.save_fenced(&lease, &messages, version).await?;
+        version = store
+            .save_fenced_from(&lease, &messages, n - 1, version)
+            .await?;
+        version = store
+            .save_fenced_from(&lease, &messages, n - 1, version)
+            .await?;
         if i > samples / 10 {
             times.push(t.elapsed());
         }
@@ -145,11 +195,12 @@ async fn journal_plain<S: SessionStore>(
     let key = key("journal", n);
     let messages = store_history(n);
     let mut version = store.load(&key).await?.version;
+    version = store.save(&key, &messages, version).await?;
     let mut times = Vec::with_capacity(samples);
     for i in 0..samples + samples / 10 + 1 {
         let t = Instant::now();
-        version = store.save(&key, &messages, version).await?;
-        version = store.save(&key, &messages, version).await?;
+        version = store.save_from(&key, &messages, n - 1, version).await?;
+        version = store.save_from(&key, &messages, n - 1, version).await?;
         if i > samples / 10 {
             times.push(t.elapsed());
         }
@@ -202,7 +253,7 @@ fn server_url(var: &str) -> Result<String, String> {
 /// Deletes the bench's sessions (`key("load-save"|"leased", n)`) from `store`.
 async fn delete_bench_sessions<S: rein::store::SessionAdmin>(store: &S) {
     for n in SIZES {
-        for label in ["load-save", "leased", "journal"] {
+        for label in ["save", "load-save", "leased", "journal"] {
             let _ = store.delete(&key(label, n)).await;
         }
     }
@@ -213,6 +264,7 @@ pub async fn store_rows(samples: usize) -> Vec<StoreRow> {
     let samples = samples.max(1);
     let mut rows = Vec::new();
     let memory = InMemorySessionStore::new();
+    rows.push(row("in-memory", "save", |n| save_only(&memory, n, samples)).await);
     rows.push(row("in-memory", "load+save", |n| load_save(&memory, n, samples)).await);
     rows.push(row("in-memory", "leased", |n| leased(&memory, n, samples)).await);
     rows.push(
@@ -225,6 +277,7 @@ pub async fn store_rows(samples: usize) -> Vec<StoreRow> {
     match tempfile::tempdir() {
         Ok(dir) => match FileSessionStore::open(dir.path()) {
             Ok(file) => {
+                rows.push(row("file", "save", |n| save_only(&file, n, samples)).await);
                 rows.push(row("file", "load+save", |n| load_save(&file, n, samples)).await);
                 rows.push(row("file", "journal", |n| journal_plain(&file, n, samples)).await);
             }
@@ -242,6 +295,7 @@ pub async fn store_rows(samples: usize) -> Vec<StoreRow> {
             .await
         {
             Ok(redis) => {
+                rows.push(row("redis", "save", |n| save_only(&redis, n, samples)).await);
                 rows.push(row("redis", "load+save", |n| load_save(&redis, n, samples)).await);
                 rows.push(row("redis", "leased", |n| leased(&redis, n, samples)).await);
                 rows.push(row("redis", "journal", |n| journal_leased(&redis, n, samples)).await);
@@ -266,6 +320,7 @@ pub async fn store_rows(samples: usize) -> Vec<StoreRow> {
             .await
         {
             Ok(pg) => {
+                rows.push(row("postgres", "save", |n| save_only(&pg, n, samples)).await);
                 rows.push(row("postgres", "load+save", |n| load_save(&pg, n, samples)).await);
                 rows.push(row("postgres", "leased", |n| leased(&pg, n, samples)).await);
                 rows.push(row("postgres", "journal", |n| journal_leased(&pg, n, samples)).await);
@@ -290,7 +345,7 @@ fn us(d: Duration) -> String {
 /// The rows as a table: per size, p50 and p99 of one call in µs.
 pub fn store_table(rows: &[StoreRow], samples: usize) -> String {
     let mut out = format!(
-        "store overhead per call, µs ({samples} timed calls per cell; leased = acquire + load + fenced save + release; journal = what the effect journal adds per tool call: claim + settle, two (fenced) saves)\n{:<10} {:<10} {:>10} {:>10} {:>12} {:>12}\n",
+        "store overhead per call, µs ({samples} timed calls per cell; save = one call's two messages over a held session; leased = acquire + load + fenced save + release; journal = what the effect journal adds per tool call: claim + settle, two (fenced) saves)\n{:<10} {:<10} {:>10} {:>10} {:>12} {:>12}\n",
         "store", "mode", "10 p50", "10 p99", "1,000 p50", "1,000 p99"
     );
     for r in rows {

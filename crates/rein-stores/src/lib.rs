@@ -1,9 +1,12 @@
 //! rein's session stores on shared engines, for agents that run on several replicas.
 //!
-//! - [`RedisSessionStore`] (feature `redis`): one Redis hash per session, every save a
-//!   Lua compare-and-set on the version (and the lease's fence).
-//! - [`PostgresSessionStore`] (feature `postgres`): one row per session in a table created
-//!   by an idempotent migration, every save an `UPDATE … WHERE version = $expected`.
+//! - [`RedisSessionStore`] (feature `redis`): one Redis hash and one list of messages per
+//!   session, every save a Lua compare-and-set on the version (and the lease's fence)
+//!   that writes only what the call changed.
+//! - [`PostgresSessionStore`] (feature `postgres`): one row per session and one row per
+//!   message in tables created by an idempotent migration, every save one statement
+//!   `UPDATE … WHERE version = $expected` that writes only the messages the call
+//!   changed.
 //! - [`PostgresAuditSink`] (feature `postgres`): the audit records of every replica in one
 //!   table, one batched insert per batch off the call path.
 //!
@@ -35,7 +38,17 @@ macro_rules! engine_store_traits {
                 messages: &[Msg],
                 expected_version: u64,
             ) -> impl Future<Output = Result<u64, StoreError>> + Send {
-                self.inner_save(key, messages, expected_version, None)
+                self.inner_save(key, messages, 0, expected_version, None)
+            }
+
+            fn save_from(
+                &self,
+                key: &SessionKey,
+                messages: &[Msg],
+                unchanged: usize,
+                expected_version: u64,
+            ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+                self.inner_save(key, messages, unchanged, expected_version, None)
             }
         }
 
@@ -85,7 +98,23 @@ macro_rules! engine_store_traits {
                 messages: &[Msg],
                 expected_version: u64,
             ) -> impl Future<Output = Result<u64, StoreError>> + Send {
-                self.inner_save(lease.key(), messages, expected_version, Some(lease))
+                self.inner_save(lease.key(), messages, 0, expected_version, Some(lease))
+            }
+
+            fn save_fenced_from(
+                &self,
+                lease: &rein_core::store::Lease,
+                messages: &[Msg],
+                unchanged: usize,
+                expected_version: u64,
+            ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+                self.inner_save(
+                    lease.key(),
+                    messages,
+                    unchanged,
+                    expected_version,
+                    Some(lease),
+                )
             }
         }
     };
@@ -131,12 +160,56 @@ pub(crate) fn key_string(key: &SessionKey) -> String {
     serde_json::json!([key.user_id, key.session_id]).to_string()
 }
 
-/// The JSON text of a history.
+/// The format marker of a session whose messages are stored one per list element
+/// (Redis) or row (PostgreSQL), written by every save since append-only saves; sessions
+/// in [`FORMAT`] (the whole history in one value) load as before and are converted by
+/// their first save.
 #[cfg(any(feature = "redis", feature = "postgres"))]
-pub(crate) fn encode_messages(key: &SessionKey, messages: &[Msg]) -> Result<String, StoreError> {
-    serde_json::to_string(messages).map_err(|e| {
-        StoreError::new(key, format!("cannot encode the conversation: {e}")).with_source(e)
-    })
+pub(crate) const FORMAT_APPEND: &str = "rein-session/2";
+
+/// The JSON text of each message of `messages` (one list element or row each).
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) fn encode_each(key: &SessionKey, messages: &[Msg]) -> Result<Vec<String>, StoreError> {
+    messages
+        .iter()
+        .map(|m| {
+            serde_json::to_string(m).map_err(|e| {
+                StoreError::new(key, format!("cannot encode the conversation: {e}")).with_source(e)
+            })
+        })
+        .collect()
+}
+
+/// The size of a history's JSON array from its message count and the bytes of its
+/// messages' texts (what [`encode_messages`] writes for it, byte for byte).
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) fn array_bytes(count: u64, text_bytes: u64) -> u64 {
+    text_bytes
+        .saturating_add(count.saturating_sub(1))
+        .saturating_add(2)
+}
+
+/// The messages of a history stored one JSON text each, or a
+/// [`StoreErrorKind::Corrupt`] naming `where_`.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) fn decode_each<T: AsRef<[u8]>>(
+    key: &SessionKey,
+    texts: &[T],
+    where_: &str,
+) -> Result<Vec<Msg>, StoreError> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            serde_json::from_slice(t.as_ref()).map_err(|e| {
+                StoreError::with_kind(
+                    StoreErrorKind::Corrupt,
+                    key,
+                    format!("{where_}: message {i} is not a rein message: {e}"),
+                )
+            })
+        })
+        .collect()
 }
 
 /// The history in `text`, or a [`StoreErrorKind::Corrupt`] naming `where_`.

@@ -6,14 +6,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{
-    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
+    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
+    Timeouts,
 };
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row, Statement};
 
 use crate::lease::acquire_polling;
-use crate::{FORMAT, decode_messages, encode_messages, key_string, to_i64};
+use crate::{
+    FORMAT, FORMAT_APPEND, array_bytes, decode_each, decode_messages, encode_each, key_string,
+    to_i64,
+};
 use rein_core::Msg;
 use rein_core::store::{Lease, ttl_millis};
 use rein_core::store::{SessionKey, StoreError, StoreErrorKind, StoredSession, next_version};
@@ -42,11 +46,19 @@ const DEFAULT_TABLE: &str = "rein_sessions";
 ///     session_id  text NOT NULL,
 ///     version     bigint NOT NULL,           -- 1, 2, … (a missing row is version 0)
 ///     fence       bigint NOT NULL DEFAULT 0, -- fence of the last fenced save
-///     format      text NOT NULL,             -- 'rein-session/1'
-///     messages    text NOT NULL,             -- the JSON history
+///     format      text NOT NULL,             -- 'rein-session/2' ('/1': see below)
+///     messages    text NOT NULL,             -- '' ('/1': the whole JSON history)
 ///     updated_at  timestamptz NOT NULL DEFAULT now()
 /// );
+/// ALTER TABLE t ADD COLUMN IF NOT EXISTS msg_count bigint;  -- how many messages
+/// ALTER TABLE t ADD COLUMN IF NOT EXISTS msg_bytes bigint;  -- bytes of their JSON
 /// CREATE INDEX IF NOT EXISTS t_user ON t (user_id, session_id);
+/// CREATE TABLE IF NOT EXISTS t_messages (
+///     session_key text NOT NULL,
+///     idx         bigint NOT NULL,           -- 0, 1, … in the conversation's order
+///     message     text NOT NULL,             -- one JSON message
+///     PRIMARY KEY (session_key, idx)
+/// );
 /// CREATE TABLE IF NOT EXISTS t_leases (
 ///     session_key text PRIMARY KEY,
 ///     token       text NOT NULL,
@@ -56,11 +68,21 @@ const DEFAULT_TABLE: &str = "rein_sessions";
 /// );
 /// ```
 ///
-/// The history is `text`, not `jsonb`: `jsonb` rejects `\u0000` in strings, which a
-/// conversation may contain. A save is one statement, `UPDATE … WHERE session_key = $1
-/// AND version = $expected` (an `INSERT … ON CONFLICT DO NOTHING` for version 0); no
-/// row changed means a `Conflict` (or `Corrupt`, for a row whose format is not
-/// `rein-session/1`, which is never overwritten).
+/// Messages are `text`, not `jsonb`: `jsonb` rejects `\u0000` in strings, which a
+/// conversation may contain. A save is one statement (so one transaction): an `UPDATE
+/// … WHERE session_key = $1 AND version = $expected` of the session row (an `INSERT …
+/// ON CONFLICT DO NOTHING` for version 0) that, only when it changed the row, upserts
+/// the message rows the save writes (from index `unchanged` on, see
+/// [`SessionStore::save_from`](rein_core::SessionStore::save_from)) and deletes those
+/// past the new end, so the bytes a call writes (WAL included) do not grow with the
+/// history. No row changed means a `Conflict` (or `Corrupt`, for a row whose format is
+/// not a rein session's, which is never overwritten). A load reads the session row and
+/// its messages in one statement (one snapshot).
+///
+/// A row saved before this layout (format `rein-session/1`, the whole history in
+/// `messages`) loads as before and is converted by its first save (one more statement,
+/// with the whole history). Replicas running an older version refuse a converted row
+/// as [`StoreErrorKind::Corrupt`] and never overwrite it: upgrade every replica.
 ///
 /// # Leases
 /// Leases are rows of `t_leases` with an expiry, not advisory locks: an advisory lock
@@ -77,7 +99,9 @@ const DEFAULT_TABLE: &str = "rein_sessions";
 /// `DATABASE_URL`, else the libpq variables `PGHOST` (required then), `PGPORT`,
 /// `PGUSER`, `PGPASSWORD`, `PGDATABASE`. Connections are plain TCP or Unix sockets (no
 /// TLS), pooled by `deadpool-postgres` (default 8); a connection that died with the
-/// server is replaced on the next call.
+/// server is replaced on the next call. A lease acquisition waits for a pooled
+/// connection only as long as is left of its lease wait: an exhausted pool makes it a
+/// [`StoreErrorKind::Busy`] refusal within [`LeaseConfig::wait`](rein_core::store::LeaseConfig::wait).
 #[derive(Clone)]
 pub struct PostgresSessionStore {
     pool: Pool,
@@ -391,6 +415,33 @@ pub(crate) fn pool_error(key: Option<&SessionKey>, what: &str, e: PoolError) -> 
     }
 }
 
+/// Why a save statement wrote nothing.
+enum NotSaved {
+    /// The row is in the whole-history format: save again with nothing unchanged.
+    Convert,
+    /// Any other reason.
+    Error(StoreError),
+}
+
+impl From<StoreError> for NotSaved {
+    fn from(e: StoreError) -> Self {
+        Self::Error(e)
+    }
+}
+
+impl NotSaved {
+    fn into_error(self, key: &SessionKey) -> StoreError {
+        match self {
+            Self::Error(e) => e,
+            Self::Convert => StoreError::with_kind(
+                StoreErrorKind::Io,
+                key,
+                "PostgreSQL: a full rewrite could not convert the session row",
+            ),
+        }
+    }
+}
+
 fn corrupt(key: &SessionKey, why: &str) -> StoreError {
     StoreError::with_kind(
         StoreErrorKind::Corrupt,
@@ -418,11 +469,38 @@ impl PostgresSessionStore {
         &self.table
     }
 
-    async fn client(&self, key: Option<&SessionKey>) -> Result<Object, StoreError> {
-        self.pool
-            .get()
-            .await
-            .map_err(|e| pool_error(key, "getting a connection", e))
+    /// A pooled connection, waiting for a free one at most `wait` (`None`: the pool's
+    /// own wait timeout). A lease acquisition passes what is left of its lease wait, so
+    /// a `Busy` refusal never waits longer for the pool than for the lease.
+    async fn client(
+        &self,
+        key: Option<&SessionKey>,
+        wait: Option<Duration>,
+    ) -> Result<Object, StoreError> {
+        let got = match wait {
+            None => self.pool.get().await,
+            Some(wait) => {
+                let timeouts = Timeouts {
+                    wait: Some(wait),
+                    ..self.pool.timeouts()
+                };
+                self.pool.timeout_get(&timeouts).await
+            }
+        };
+        got.map_err(|e| match (e, key, wait) {
+            (PoolError::Timeout(TimeoutType::Wait), Some(key), Some(wait)) => {
+                StoreError::with_kind(
+                    StoreErrorKind::Busy,
+                    key,
+                    format!(
+                        "no PostgreSQL connection came free within the lease wait ({wait:?}; \
+                         all {} pooled connections are busy); nothing ran",
+                        self.pool.status().max_size
+                    ),
+                )
+            }
+            (e, _, _) => pool_error(key, "getting a connection", e),
+        })
     }
 
     /// A pooled connection and `sql` prepared on it (once per connection).
@@ -432,7 +510,18 @@ impl PostgresSessionStore {
         what: &str,
         sql: &str,
     ) -> Result<(Object, Statement), StoreError> {
-        let client = self.client(key).await?;
+        self.prepared_within(key, what, sql, None).await
+    }
+
+    /// [`prepared`](Self::prepared), waiting for a connection at most `wait`.
+    async fn prepared_within(
+        &self,
+        key: Option<&SessionKey>,
+        what: &str,
+        sql: &str,
+        wait: Option<Duration>,
+    ) -> Result<(Object, Statement), StoreError> {
+        let client = self.client(key, wait).await?;
         let statement = client
             .prepare_cached(sql)
             .await
@@ -488,84 +577,164 @@ impl PostgresSessionStore {
         let decode = |e: tokio_postgres::Error| corrupt(key, &e.to_string());
         let format: String = row.try_get(0).map_err(decode)?;
         let version: i64 = row.try_get(1).map_err(decode)?;
-        let size: i64 = row.try_get(3).map_err(decode)?;
-        let Some(messages) = row.try_get::<_, Option<String>>(2).map_err(decode)? else {
-            return Err(rein_core::store::too_large(
+        let size: Option<i64> = row.try_get(3).map_err(decode)?;
+        let too_large = || {
+            rein_core::store::too_large(
                 key,
                 "loading",
-                u64::try_from(size).unwrap_or(0),
+                size.and_then(|s| u64::try_from(s).ok()).unwrap_or(0),
                 self.max_bytes,
-            ));
+            )
         };
-        if format != FORMAT {
-            return Err(corrupt(key, &format!("format `{format}`")));
-        }
         let version = u64::try_from(version)
             .ok()
             .filter(|v| *v > 0)
             .ok_or_else(|| corrupt(key, &format!("version {version}")))?;
+        if format == FORMAT_APPEND {
+            let count: Option<i64> = row.try_get(4).map_err(decode)?;
+            let (Some(count), Some(_)) = (count, size) else {
+                return Err(corrupt(key, "its msg_count or msg_bytes is NULL"));
+            };
+            let Some(texts) = row.try_get::<_, Option<Vec<String>>>(5).map_err(decode)? else {
+                return Err(too_large());
+            };
+            if usize::try_from(count).ok() != Some(texts.len()) {
+                return Err(corrupt(
+                    key,
+                    &format!(
+                        "its msg_count is {count}, its messages table holds {}",
+                        texts.len()
+                    ),
+                ));
+            }
+            let messages = decode_each(key, &texts, "the session's message rows")?;
+            return Ok(StoredSession::new(messages, version));
+        }
+        if format != FORMAT {
+            return Err(corrupt(key, &format!("format `{format}`")));
+        }
+        let Some(messages) = row.try_get::<_, Option<String>>(2).map_err(decode)? else {
+            return Err(too_large());
+        };
         let messages = decode_messages(key, messages.as_bytes(), "the session row")?;
         Ok(StoredSession::new(messages, version))
     }
 
+    /// A save of `messages`, the first `unchanged` of which the store holds at
+    /// `expected` (see `SessionStore::save_from`): one statement checks the version (and
+    /// the lease), updates the session row and replaces the message rows from index
+    /// `unchanged` on. A row still in the whole-history format is converted by a second
+    /// statement with nothing unchanged (once per session).
     async fn inner_save(
         &self,
         key: &SessionKey,
         messages: &[Msg],
+        unchanged: usize,
         expected: u64,
         lease: Option<&Lease>,
     ) -> Result<u64, StoreError> {
+        let unchanged = unchanged.min(messages.len());
+        match self
+            .save_statement(key, messages, unchanged, expected, lease)
+            .await
+        {
+            Err(NotSaved::Convert) if unchanged > 0 => self
+                .save_statement(key, messages, 0, expected, lease)
+                .await
+                .map_err(|e| e.into_error(key)),
+            saved => saved.map_err(|e| e.into_error(key)),
+        }
+    }
+
+    async fn save_statement(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
+        unchanged: usize,
+        expected: u64,
+        lease: Option<&Lease>,
+    ) -> Result<u64, NotSaved> {
         rein_core::store::check_key(key)?;
-        rein_core::store::check_storable(key, messages)?;
+        rein_core::store::check_storable(key, &messages[unchanged..])?;
         let version = next_version(key, expected)?;
         let new = to_i64(key, "version", version)?;
         let old = to_i64(key, "version", expected)?;
-        let payload = encode_messages(key, messages)?;
-        rein_core::store::check_size(key, payload.as_bytes(), self.max_bytes)?;
+        let from = to_i64(
+            key,
+            "message index",
+            u64::try_from(unchanged).unwrap_or(u64::MAX),
+        )?;
+        let texts = encode_each(key, &messages[unchanged..])?;
+        let bytes: usize = texts.iter().map(String::len).sum();
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        let floor = array_bytes(u64::try_from(texts.len()).unwrap_or(u64::MAX), bytes);
+        if floor > u64::try_from(self.max_bytes).unwrap_or(u64::MAX) {
+            return Err(rein_core::store::too_large(key, "saving", floor, self.max_bytes).into());
+        }
+        let written = (u64::try_from(texts.len()).unwrap_or(u64::MAX), bytes);
+        let bytes = to_i64(key, "session size", bytes)?;
+        let max = i64::try_from(self.max_bytes).unwrap_or(i64::MAX);
         let k = key_string(key);
-        let changed = match lease {
-            None if expected == 0 => {
-                let params: [&(dyn ToSql + Sync); 4] =
-                    [&k, &key.user_id, &key.session_id, &payload];
-                self.execute(Some(key), "saving the session", &self.sql.insert, &params)
+        if expected == 0 && unchanged > 0 {
+            return Err(self
+                .why_not_saved(key, &k, unchanged, written, expected, lease)
+                .await);
+        }
+        let fence = lease.map(|l| to_i64(key, "fence", l.fence())).transpose()?;
+        let token = lease.map(Lease::token);
+        let what = "saving the session";
+        let rows = match (lease, expected) {
+            (None, 0) => {
+                let params: [&(dyn ToSql + Sync); 5] =
+                    [&k, &key.user_id, &key.session_id, &texts, &bytes];
+                self.query(Some(key), what, &self.sql.insert, &params)
                     .await?
             }
-            None => {
-                let params: [&(dyn ToSql + Sync); 4] = [&k, &old, &new, &payload];
-                self.execute(Some(key), "saving the session", &self.sql.update, &params)
+            (None, _) => {
+                let params: [&(dyn ToSql + Sync); 7] =
+                    [&k, &old, &new, &from, &texts, &bytes, &max];
+                self.query(Some(key), what, &self.sql.update, &params)
                     .await?
             }
-            Some(lease) => {
-                let fence = to_i64(key, "fence", lease.fence())?;
-                let token = lease.token();
-                let (sql, params): (&str, [&(dyn ToSql + Sync); 6]) = if expected == 0 {
-                    let p: [&(dyn ToSql + Sync); 6] =
-                        [&k, &key.user_id, &key.session_id, &payload, &token, &fence];
-                    (&self.sql.insert_fenced, p)
-                } else {
-                    (
-                        &self.sql.update_fenced,
-                        [&k, &old, &new, &payload, &token, &fence],
-                    )
-                };
-                self.execute(Some(key), "saving the session", sql, &params)
+            (Some(_), 0) => {
+                let params: [&(dyn ToSql + Sync); 7] = [
+                    &k,
+                    &key.user_id,
+                    &key.session_id,
+                    &texts,
+                    &bytes,
+                    &token,
+                    &fence,
+                ];
+                self.query(Some(key), what, &self.sql.insert_fenced, &params)
+                    .await?
+            }
+            (Some(_), _) => {
+                let params: [&(dyn ToSql + Sync); 9] =
+                    [&k, &old, &new, &from, &texts, &bytes, &max, &token, &fence];
+                self.query(Some(key), what, &self.sql.update_fenced, &params)
                     .await?
             }
         };
-        if changed == 1 {
+        if rows.len() == 1 {
             return Ok(version);
         }
-        Err(self.why_not_saved(key, &k, expected, lease).await)
+        Err(self
+            .why_not_saved(key, &k, unchanged, written, expected, lease)
+            .await)
     }
 
-    /// Why a save changed no row: the lease, a corrupt row, a later fence or the version.
+    /// Why a save changed no row: the lease, a corrupt row, a later fence, the version,
+    /// a row to convert, fewer stored messages than `unchanged`, or the size.
     async fn why_not_saved(
         &self,
         key: &SessionKey,
         k: &String,
+        unchanged: usize,
+        written: (u64, u64),
         expected: u64,
         lease: Option<&Lease>,
-    ) -> StoreError {
+    ) -> NotSaved {
         let lost = |why: &str| {
             StoreError::with_kind(
                 StoreErrorKind::LeaseLost,
@@ -585,48 +754,84 @@ impl PostgresSessionStore {
                 .await
             {
                 Ok(rows) if rows.is_empty() => {
-                    return lost("the lease expired or another holder took the session over");
+                    return lost("the lease expired or another holder took the session over")
+                        .into();
                 }
                 Ok(_) => {}
-                Err(e) => return e,
+                Err(e) => return e.into(),
             }
         }
+        let from = i64::try_from(unchanged).unwrap_or(i64::MAX);
         let rows = match self
             .query(
                 Some(key),
                 "reading the stored version",
-                &self.sql.probe,
-                &[k],
+                &self.sql.probe_save,
+                &[k, &from],
             )
             .await
         {
             Ok(rows) => rows,
-            Err(e) => return e,
+            Err(e) => return e.into(),
         };
         let Some(row) = rows.first() else {
-            return StoreError::conflict(key, expected, 0);
+            if expected == 0 && unchanged > 0 {
+                return rein_core::store::unchanged_beyond_stored(key, unchanged, 0, 0).into();
+            }
+            return StoreError::conflict(key, expected, 0).into();
         };
         let format: String = row.try_get(0).unwrap_or_default();
         let version: i64 = row.try_get(1).unwrap_or(0);
         let fence: i64 = row.try_get(2).unwrap_or(0);
-        if format != FORMAT {
-            return corrupt(key, &format!("format `{format}`"));
+        let count: Option<i64> = row.try_get(3).unwrap_or(None);
+        let bytes: Option<i64> = row.try_get(4).unwrap_or(None);
+        let removed: i64 = row.try_get(5).unwrap_or(0);
+        if format != FORMAT && format != FORMAT_APPEND {
+            return corrupt(key, &format!("format `{format}`")).into();
         }
         if let Some(lease) = lease
             && u64::try_from(fence).unwrap_or(0) > lease.fence()
         {
             return lost(&format!(
                 "a later lease (fence {fence}) already saved the session"
-            ));
+            ))
+            .into();
         }
-        StoreError::conflict(key, expected, u64::try_from(version).unwrap_or(0))
+        let version = u64::try_from(version).unwrap_or(0);
+        if version != expected {
+            return StoreError::conflict(key, expected, version).into();
+        }
+        if format == FORMAT {
+            return NotSaved::Convert;
+        }
+        let count = usize::try_from(count.unwrap_or(0)).unwrap_or(0);
+        if count < unchanged {
+            return rein_core::store::unchanged_beyond_stored(key, unchanged, count, version)
+                .into();
+        }
+        // Only the size is left: report the history the save would have made.
+        let kept = if unchanged == 0 {
+            0
+        } else {
+            u64::try_from(bytes.unwrap_or(0).saturating_sub(removed)).unwrap_or(0)
+        };
+        let size = array_bytes(
+            u64::try_from(unchanged)
+                .unwrap_or(u64::MAX)
+                .saturating_add(written.0),
+            kept.saturating_add(written.1),
+        );
+        rein_core::store::too_large(key, "saving", size, self.max_bytes).into()
     }
 
     async fn inner_delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
         let k = key_string(key);
-        let n = self
-            .execute(Some(key), "deleting the session", &self.sql.delete, &[&k])
-            .await?;
+        let what = "deleting the session";
+        let rows = self.query(Some(key), what, &self.sql.delete, &[&k]).await?;
+        let n: i64 = match rows.first() {
+            Some(row) => row.try_get(0).map_err(|e| pg_error(Some(key), what, &e))?,
+            None => 0,
+        };
         Ok(n > 0)
     }
 
@@ -658,19 +863,23 @@ impl PostgresSessionStore {
     ) -> Result<Lease, StoreError> {
         rein_core::store::check_key(key)?;
         let k = key_string(key);
+        // The lease wait bounds the pool wait too: an attempt waits for a connection
+        // only as long as is left of it (a `Busy` refusal, not the pool's timeout).
+        let deadline = tokio::time::Instant::now() + wait;
         acquire_polling(key, ttl, wait, |token, ttl_ms| {
             let k = &k;
             async move {
                 // At most 86,400,000 ms: exact as a float.
                 let ms = ttl_ms as f64;
-                let rows = self
-                    .query(
-                        Some(key),
-                        "acquiring the lease",
-                        &self.sql.acquire,
-                        &[k, &token, &ms],
-                    )
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let what = "acquiring the lease";
+                let (client, statement) = self
+                    .prepared_within(Some(key), what, &self.sql.acquire, Some(left))
                     .await?;
+                let rows = client
+                    .query(&statement, &[k, &token, &ms])
+                    .await
+                    .map_err(|e| pg_error(Some(key), what, &e))?;
                 Ok(match rows.first() {
                     Some(row) => {
                         let fence: i64 = row

@@ -8,55 +8,109 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
 use crate::lease::acquire_polling;
-use crate::{FORMAT, decode_messages, encode_messages, key_string};
+use crate::{
+    FORMAT, FORMAT_APPEND, array_bytes, decode_each, decode_messages, encode_each, key_string,
+};
 use rein_core::Msg;
 use rein_core::store::Lease;
 use rein_core::store::{SessionKey, StoreError, StoreErrorKind, StoredSession, next_version};
 
-/// Loads a session hash: `{'none'}`, `{'corrupt', why}`, `{'too_large', bytes}` (its
-/// messages are over ARGV[1] bytes: not read) or `{'ok', format, version, key, messages}`.
+/// Loads a session. KEYS: data hash, message list. ARGV: the largest history read, in
+/// bytes of its JSON. Returns `{'none'}`, `{'corrupt', why}`, `{'too_large', bytes}`
+/// (not read), `{'ok1', format, version, key, messages}` (a session of the whole-history
+/// format, its JSON in the hash field `messages`) or `{'ok2', format, version, key,
+/// length, m1, m2, …}` (one JSON message per list element).
 const LOAD: &str = r"
 local t = redis.call('TYPE', KEYS[1]).ok
 if t == 'none' then return {'none'} end
 if t ~= 'hash' then return {'corrupt', 'the key holds a ' .. t .. ', not a session hash'} end
-local n = redis.call('HSTRLEN', KEYS[1], 'messages')
-if n > tonumber(ARGV[1]) then return {'too_large', string.format('%d', n)} end
-local h = redis.call('HMGET', KEYS[1], 'format', 'version', 'key', 'messages')
-return {'ok', h[1] or '', h[2] or '', h[3] or '', h[4] or ''}
+local h = redis.call('HMGET', KEYS[1], 'format', 'version', 'key', 'length', 'bytes')
+if h[1] ~= 'rein-session/2' then
+  local n = redis.call('HSTRLEN', KEYS[1], 'messages')
+  if n > tonumber(ARGV[1]) then return {'too_large', string.format('%d', n)} end
+  return {'ok1', h[1] or '', h[2] or '', h[3] or '', redis.call('HGET', KEYS[1], 'messages') or ''}
+end
+local len = tonumber(h[4] or '')
+local bytes = tonumber(h[5] or '')
+if not len or not bytes then return {'corrupt', 'its length or bytes field is not a number'} end
+local size = bytes + math.max(len - 1, 0) + 2
+if size > tonumber(ARGV[1]) then return {'too_large', string.format('%d', size)} end
+local r = {'ok2', h[1], h[2] or '', h[3] or '', string.format('%d', len)}
+for _, m in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do r[#r + 1] = m end
+return r
 ";
 
-/// Compare-and-set of a session. KEYS: data hash, user index set, lease. ARGV: expected
-/// version, new version, key string, messages, session id, lease token ('' = unfenced),
-/// fence. Returns `{'ok', version}`, `{'conflict', found}`, `{'corrupt', why}` or
-/// `{'lost', why}`.
+/// Compare-and-set of a session, writing only what changed. KEYS: data hash, user index
+/// set, lease, message list. ARGV: expected version, new version, key string, session
+/// id, lease token ('' = unfenced), fence, unchanged (messages kept: the list is
+/// trimmed to them), the largest history in bytes of its JSON, then one JSON text per
+/// message written after them. Returns `{'ok', version}`, `{'conflict', found}`,
+/// `{'corrupt', why}`, `{'lost', why}`, `{'short', length}` (fewer than `unchanged`
+/// messages stored), `{'convert'}` (a whole-history session: save again with
+/// unchanged 0, which converts it) or `{'too_large', bytes}`.
 const SAVE: &str = r"
 local t = redis.call('TYPE', KEYS[1]).ok
 local found = '0'
 local fence = 0
+local fmt = nil
+local len = 0
+local bytes = 0
 if t == 'hash' then
-  local h = redis.call('HMGET', KEYS[1], 'format', 'version', 'key', 'fence')
-  if h[1] ~= 'rein-session/1' then return {'corrupt', 'its format field is not rein-session/1'} end
+  local h = redis.call('HMGET', KEYS[1], 'format', 'version', 'key', 'fence', 'length', 'bytes')
+  fmt = h[1]
+  if fmt ~= 'rein-session/1' and fmt ~= 'rein-session/2' then return {'corrupt', 'its format field is not rein-session/1 or rein-session/2'} end
   if not h[2] or not string.match(h[2], '^[1-9][0-9]*$') then return {'corrupt', 'its version field is not a positive integer'} end
   if h[3] ~= ARGV[3] then return {'corrupt', 'it holds another session'} end
   found = h[2]
   fence = tonumber(h[4] or '0') or 0
+  if fmt == 'rein-session/2' then
+    len = tonumber(h[5] or '')
+    bytes = tonumber(h[6] or '')
+    if not len or not bytes then return {'corrupt', 'its length or bytes field is not a number'} end
+  end
 elseif t ~= 'none' then
   return {'corrupt', 'the key holds a ' .. t .. ', not a session hash'}
 end
-if ARGV[6] ~= '' then
-  if redis.call('GET', KEYS[3]) ~= ARGV[6] then return {'lost', 'the lease expired or another holder took the session over'} end
-  if fence > tonumber(ARGV[7]) then return {'lost', 'a later lease (fence ' .. string.format('%d', fence) .. ') already saved the session'} end
-  fence = tonumber(ARGV[7])
+if ARGV[5] ~= '' then
+  if redis.call('GET', KEYS[3]) ~= ARGV[5] then return {'lost', 'the lease expired or another holder took the session over'} end
+  if fence > tonumber(ARGV[6]) then return {'lost', 'a later lease (fence ' .. string.format('%d', fence) .. ') already saved the session'} end
+  fence = tonumber(ARGV[6])
 end
 if found ~= ARGV[1] then return {'conflict', found} end
-redis.call('HSET', KEYS[1], 'format', 'rein-session/1', 'version', ARGV[2], 'key', ARGV[3], 'fence', string.format('%d', fence), 'messages', ARGV[4])
-if found == '0' then redis.call('SADD', KEYS[2], ARGV[5]) end
+local unchanged = tonumber(ARGV[7])
+if fmt == 'rein-session/1' and unchanged > 0 then return {'convert'} end
+if unchanged > len then return {'short', string.format('%d', len)} end
+if unchanged == 0 then
+  bytes = 0
+elseif unchanged < len then
+  for _, m in ipairs(redis.call('LRANGE', KEYS[4], unchanged, -1)) do bytes = bytes - #m end
+end
+for i = 9, #ARGV do bytes = bytes + #ARGV[i] end
+local n = unchanged + #ARGV - 8
+local size = bytes + math.max(n - 1, 0) + 2
+if size > tonumber(ARGV[8]) then return {'too_large', string.format('%d', size)} end
+if unchanged == 0 then
+  redis.call('DEL', KEYS[4])
+elseif unchanged < len then
+  redis.call('LTRIM', KEYS[4], 0, unchanged - 1)
+end
+local i = 9
+while i <= #ARGV do
+  local j = math.min(i + 999, #ARGV)
+  redis.call('RPUSH', KEYS[4], unpack(ARGV, i, j))
+  i = j + 1
+end
+redis.call('HSET', KEYS[1], 'format', 'rein-session/2', 'version', ARGV[2], 'key', ARGV[3], 'fence', string.format('%d', fence), 'length', string.format('%d', n), 'bytes', string.format('%d', bytes))
+if fmt == 'rein-session/1' then redis.call('HDEL', KEYS[1], 'messages') end
+if found == '0' then redis.call('SADD', KEYS[2], ARGV[4]) end
 return {'ok', ARGV[2]}
 ";
 
-/// KEYS: data hash, user index. ARGV: session id. Returns the number of keys removed.
+/// KEYS: data hash, user index, message list. ARGV: session id. Returns the number of
+/// keys removed.
 const DELETE: &str = r"
 local n = redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[3])
 redis.call('SREM', KEYS[2], ARGV[1])
 return n
 ";
@@ -92,6 +146,15 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 ";
 
+/// What one run of the save script did.
+enum Saved {
+    /// Saved: the new version.
+    Version(u64),
+    /// Nothing written: the session is in the whole-history format; run again with
+    /// nothing unchanged to convert it.
+    Convert,
+}
+
 struct Scripts {
     load: Script,
     save: Script,
@@ -107,8 +170,10 @@ struct Scripts {
 /// # Keys
 /// With the key prefix `p` (default `rein:`) and `k` the session key as the JSON array
 /// `[user or null, session]`:
-/// - `p` `session:` `k` — a hash: `format` (`rein-session/1`), `version`, `key` (`k`),
-///   `fence` (of the last fenced save) and `messages` (the JSON history);
+/// - `p` `session:` `k` — a hash: `format` (`rein-session/2`), `version`, `key` (`k`),
+///   `fence` (of the last fenced save), `length` (how many messages) and `bytes` (the
+///   bytes of their JSON texts, for the session size bound);
+/// - `p` `messages:` `k` — a list: one JSON message per element, oldest first;
 /// - `p` `user:` + the user as JSON (`"alice"` or `null`) — a set of the user's session
 ///   ids (for [`SessionAdmin::list`](rein_core::store::SessionAdmin::list));
 /// - `p` `lease:` `k` — the lease token, expiring after the TTL (`SET NX PX`);
@@ -117,7 +182,17 @@ struct Scripts {
 ///
 /// Every save runs one Lua script that checks the stored format, key and version (and
 /// the lease, for a fenced save) and writes only if all match, so it is atomic with
-/// respect to loads and other savers. A key that holds anything else is
+/// respect to loads and other savers. A save writes only what changed
+/// ([`SessionStore::save_from`](rein_core::SessionStore::save_from)): it trims the list
+/// to the unchanged messages (`LTRIM`) and appends the rest (`RPUSH`), so the bytes a
+/// call writes do not grow with the history; a load reads the hash and the whole list
+/// in one script.
+///
+/// A session saved before this layout (format `rein-session/1`: the whole history in
+/// the hash field `messages`) loads as before and is converted by its first save (one
+/// more script run, with the whole history). Replicas running an older version refuse
+/// a converted session as [`StoreErrorKind::Corrupt`] and never overwrite it: upgrade
+/// every replica. A key that holds anything else is
 /// [`StoreErrorKind::Corrupt`] and never overwritten. Meant for a single Redis server
 /// (or a primary with replicas); Redis Cluster is not supported, as a save touches keys
 /// of several hash slots.
@@ -419,6 +494,11 @@ impl RedisSessionStore {
         format!("{}lease:{}", self.prefix, key_string(key))
     }
 
+    /// The Redis key of a session's message list (one JSON message per element).
+    pub fn messages_key(&self, key: &SessionKey) -> String {
+        format!("{}messages:{}", self.prefix, key_string(key))
+    }
+
     fn fence_key(&self, key: &SessionKey) -> String {
         format!("{}fence:{}", self.prefix, key_string(key))
     }
@@ -430,6 +510,7 @@ impl RedisSessionStore {
             .scripts
             .load
             .key(self.data_key(key))
+            .key(self.messages_key(key))
             .arg(self.max_bytes)
             .invoke_async(&mut conn)
             .await
@@ -443,24 +524,24 @@ impl RedisSessionStore {
                 text(n).parse().unwrap_or(u64::MAX),
                 self.max_bytes,
             )),
-            [status, format, version, stored_key, messages] if status == b"ok" => {
-                if format.as_slice() != FORMAT.as_bytes() {
-                    return Err(corrupt(key, &format!("format `{}`", text(format))));
-                }
-                if stored_key.as_slice() != key_string(key).as_bytes() {
-                    return Err(corrupt(key, "it holds another session"));
-                }
-                let version = parse_version(version).ok_or_else(|| {
-                    corrupt(
+            [status, format, version, stored_key, messages] if status == b"ok1" => {
+                let version = self.check_loaded(key, FORMAT, format, version, stored_key)?;
+                let messages = decode_messages(key, messages, "the Redis hash")?;
+                Ok(StoredSession::new(messages, version))
+            }
+            [status, format, version, stored_key, length, messages @ ..] if status == b"ok2" => {
+                let version = self.check_loaded(key, FORMAT_APPEND, format, version, stored_key)?;
+                if text(length).parse::<usize>().ok() != Some(messages.len()) {
+                    return Err(corrupt(
                         key,
                         &format!(
-                            "its `version` field `{}` is not a positive integer without sign or \
-                             leading zero (what a save writes)",
-                            text(version)
+                            "its length field says {} messages, its list holds {}",
+                            text(length),
+                            messages.len()
                         ),
-                    )
-                })?;
-                let messages = decode_messages(key, messages, "the Redis hash")?;
+                    ));
+                }
+                let messages = decode_each(key, messages, "the Redis message list")?;
                 Ok(StoredSession::new(messages, version))
             }
             _ => Err(StoreError::with_kind(
@@ -471,15 +552,74 @@ impl RedisSessionStore {
         }
     }
 
+    /// The version of a loaded hash in `want` format holding this session, or why it is
+    /// corrupt.
+    fn check_loaded(
+        &self,
+        key: &SessionKey,
+        want: &str,
+        format: &[u8],
+        version: &[u8],
+        stored_key: &[u8],
+    ) -> Result<u64, StoreError> {
+        if format != want.as_bytes() {
+            return Err(corrupt(key, &format!("format `{}`", text(format))));
+        }
+        if stored_key != key_string(key).as_bytes() {
+            return Err(corrupt(key, "it holds another session"));
+        }
+        parse_version(version).ok_or_else(|| {
+            corrupt(
+                key,
+                &format!(
+                    "its `version` field `{}` is not a positive integer without sign or \
+                     leading zero (what a save writes)",
+                    text(version)
+                ),
+            )
+        })
+    }
+
+    /// A save of `messages`, the first `unchanged` of which the store holds at
+    /// `expected` (see `SessionStore::save_from`): one script trims the list to them and
+    /// appends the rest. A session still in the whole-history format is converted by a
+    /// second run of the script with nothing unchanged (once per session).
     async fn inner_save(
         &self,
         key: &SessionKey,
         messages: &[Msg],
+        unchanged: usize,
         expected: u64,
         lease: Option<&Lease>,
     ) -> Result<u64, StoreError> {
+        let unchanged = unchanged.min(messages.len());
+        match self
+            .save_script(key, messages, unchanged, expected, lease)
+            .await?
+        {
+            Saved::Version(version) => Ok(version),
+            Saved::Convert => match self.save_script(key, messages, 0, expected, lease).await? {
+                Saved::Version(version) => Ok(version),
+                Saved::Convert => Err(StoreError::with_kind(
+                    StoreErrorKind::Io,
+                    key,
+                    "Redis: unexpected reply from the save script (convert on a full rewrite)",
+                )),
+            },
+        }
+    }
+
+    /// One run of the save script with `messages[unchanged..]`.
+    async fn save_script(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
+        unchanged: usize,
+        expected: u64,
+        lease: Option<&Lease>,
+    ) -> Result<Saved, StoreError> {
         rein_core::store::check_key(key)?;
-        rein_core::store::check_storable(key, messages)?;
+        rein_core::store::check_storable(key, &messages[unchanged..])?;
         if lease.is_some_and(|l| l.token().is_empty()) {
             // The script reads an empty token as "unfenced": such a lease is never held.
             return Err(StoreError::with_kind(
@@ -489,31 +629,66 @@ impl RedisSessionStore {
             ));
         }
         let version = next_version(key, expected)?;
-        let payload = encode_messages(key, messages)?;
-        rein_core::store::check_size(key, payload.as_bytes(), self.max_bytes)?;
+        let written = encode_each(key, &messages[unchanged..])?;
+        // What is written alone may already be too large (without a round trip); the
+        // script checks the whole history, with the bytes it keeps.
+        let written_bytes: usize = written.iter().map(String::len).sum();
+        let floor = array_bytes(
+            u64::try_from(written.len()).unwrap_or(u64::MAX),
+            u64::try_from(written_bytes).unwrap_or(u64::MAX),
+        );
+        let max = u64::try_from(self.max_bytes).unwrap_or(u64::MAX);
+        if floor > max {
+            return Err(rein_core::store::too_large(
+                key,
+                "saving",
+                floor,
+                self.max_bytes,
+            ));
+        }
         let mut conn = self.conn();
-        let reply: Vec<Vec<u8>> = self
-            .scripts
-            .save
+        let mut invocation = self.scripts.save.prepare_invoke();
+        invocation
             .key(self.data_key(key))
             .key(self.user_key(key.user_id.as_deref()))
             .key(self.lease_key(key))
+            .key(self.messages_key(key))
             .arg(expected.to_string())
             .arg(version.to_string())
             .arg(key_string(key))
-            .arg(payload)
             .arg(&key.session_id)
             .arg(lease.map_or("", Lease::token))
             .arg(lease.map_or(0, Lease::fence).to_string())
+            .arg(unchanged)
+            .arg(self.max_bytes);
+        for text in &written {
+            invocation.arg(text.as_str());
+        }
+        let reply: Vec<Vec<u8>> = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(|e| redis_error(Some(key), "saving the session", e))?;
         match reply.as_slice() {
-            [status, _] if status == b"ok" => Ok(version),
+            [status, _] if status == b"ok" => Ok(Saved::Version(version)),
+            [status] if status == b"convert" => Ok(Saved::Convert),
             [status, found] if status == b"conflict" => {
                 let found = text(found).parse().unwrap_or(0);
                 Err(StoreError::conflict(key, expected, found))
             }
+            [status, length] if status == b"short" => {
+                Err(rein_core::store::unchanged_beyond_stored(
+                    key,
+                    unchanged,
+                    text(length).parse().unwrap_or(0),
+                    expected,
+                ))
+            }
+            [status, bytes] if status == b"too_large" => Err(rein_core::store::too_large(
+                key,
+                "saving",
+                text(bytes).parse().unwrap_or(u64::MAX),
+                self.max_bytes,
+            )),
             [status, why] if status == b"corrupt" => Err(corrupt(key, &text(why))),
             [status, why] if status == b"lost" => Err(StoreError::with_kind(
                 StoreErrorKind::LeaseLost,
@@ -535,6 +710,7 @@ impl RedisSessionStore {
             .delete
             .key(self.data_key(key))
             .key(self.user_key(key.user_id.as_deref()))
+            .key(self.messages_key(key))
             .arg(&key.session_id)
             .invoke_async(&mut conn)
             .await

@@ -4,6 +4,7 @@
 //! store (SIGKILL at random moments), exactly-once tool effects (also under injected
 //! crash points in worker processes), and the boundaries of what is saved.
 
+mod append_only;
 mod boundaries;
 mod budgets;
 mod crash;

@@ -81,9 +81,114 @@ pub async fn store_contract<S: SessionStore + SessionAdmin>(h: &Harness<S>) {
     delete_removes_a_session_and_list_shows_a_users_sessions(h).await;
     a_key_no_store_can_hold_fails_the_same_way_on_every_store(h).await;
     everything_a_save_accepts_loads_back_and_deeper_values_are_refused(h).await;
+    a_save_after_an_in_place_change_rewrites_from_the_change(h).await;
+    unchanged_beyond_what_is_stored_is_refused_or_rewrites_exactly(h).await;
+    appends_of_many_saves_load_back_as_one_history(h).await;
     if h.corrupt.is_some() {
         corrupt_data_fails_loads_and_saves_and_is_never_overwritten(h).await;
     }
+}
+
+fn numbered(n: usize) -> Vec<Msg> {
+    (0..n).map(|i| Msg::user(format!("m{i}"))).collect()
+}
+
+async fn a_save_after_an_in_place_change_rewrites_from_the_change<S: SessionStore>(h: &Harness<S>) {
+    let store = h.client().await;
+    let key = SessionKey::new(Some("alice"), "in-place");
+    let mut history = numbered(6);
+    let v = store.save_from(&key, &history, 0, 0).await.unwrap();
+    // Message 3 changes in place (a journal entry, a recorded result), two are
+    // appended: the store keeps 0..3 and rewrites from 3 on.
+    history[3] = Msg::user("m3 changed");
+    history.push(Msg::assistant("m6"));
+    history.push(Msg::user("m7"));
+    let v = store.save_from(&key, &history, 3, v).await.unwrap();
+    let loaded = h.client().await.load(&key).await.unwrap();
+    assert_eq!(
+        (loaded.messages.clone(), loaded.version),
+        (history.clone(), v)
+    );
+    // A shorter history from an index on (the tail replaced by less) stores exactly it.
+    history.truncate(4);
+    history.push(Msg::assistant("m4 again"));
+    let v = store.save_from(&key, &history, 4, v).await.unwrap();
+    let loaded = store.load(&key).await.unwrap();
+    assert_eq!(
+        (loaded.messages.clone(), loaded.version),
+        (history.clone(), v)
+    );
+    // Nothing new: a save that changes nothing still bumps the version.
+    let v2 = store
+        .save_from(&key, &history, history.len(), v)
+        .await
+        .unwrap();
+    assert_eq!(v2, v + 1);
+    assert_eq!(store.load(&key).await.unwrap().messages, history);
+    // A whole rewrite (unchanged 0) over an appended session replaces everything.
+    let other = vec![Msg::user("fresh")];
+    store.save_from(&key, &other, 0, v2).await.unwrap();
+    assert_eq!(store.load(&key).await.unwrap().messages, other);
+    // A stale version conflicts and writes nothing, whatever `unchanged` says.
+    let err = store
+        .save_from(&key, &numbered(9), 1, v2)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Conflict, "{err}");
+    assert_eq!(store.load(&key).await.unwrap().messages, other);
+}
+
+/// `unchanged` larger than what the store holds is the caller's mistake: a store that
+/// writes only the tail refuses it as a `Conflict` and writes nothing; a store that
+/// rewrites everything stores exactly `messages`. Never a mix.
+async fn unchanged_beyond_what_is_stored_is_refused_or_rewrites_exactly<S: SessionStore>(
+    h: &Harness<S>,
+) {
+    let store = h.client().await;
+    let key = SessionKey::new(Some("alice"), "beyond");
+    let two = numbered(2);
+    let v = store.save_from(&key, &two, 0, 0).await.unwrap();
+    let claimed = numbered(5);
+    match store.save_from(&key, &claimed, 4, v).await {
+        Err(e) => {
+            assert_eq!(e.kind(), StoreErrorKind::Conflict, "{e}");
+            assert!(e.to_string().contains("alice/beyond"), "{e}");
+            let stored = store.load(&key).await.unwrap();
+            assert_eq!((stored.messages, stored.version), (two, v));
+        }
+        Ok(v2) => {
+            let stored = store.load(&key).await.unwrap();
+            assert_eq!((stored.messages, stored.version), (claimed, v2));
+        }
+    }
+    // On a session never saved, any `unchanged` above 0 is beyond it.
+    let fresh = SessionKey::new(Some("alice"), "beyond-fresh");
+    let three = numbered(3);
+    match store.save_from(&fresh, &three, 2, 0).await {
+        Err(e) => {
+            assert_eq!(e.kind(), StoreErrorKind::Conflict, "{e}");
+            assert_eq!(store.load(&fresh).await.unwrap(), StoredSession::default());
+        }
+        Ok(_) => assert_eq!(store.load(&fresh).await.unwrap().messages, three),
+    }
+}
+
+async fn appends_of_many_saves_load_back_as_one_history<S: SessionStore>(h: &Harness<S>) {
+    let store = h.client().await;
+    let key = SessionKey::new(None, "appends");
+    let mut history = Vec::new();
+    let mut version = 0;
+    for i in 0..50 {
+        let unchanged = history.len();
+        history.push(Msg::user(format!("q{i}")));
+        history.push(Msg::assistant(format!("a{i} ✓ \"quoted\"")));
+        version = store
+            .save_from(&key, &history, unchanged, version)
+            .await
+            .unwrap();
+    }
+    let loaded = h.client().await.load(&key).await.unwrap();
+    assert_eq!((loaded.messages, loaded.version), (history, 50));
 }
 
 async fn versions_start_at_zero_and_grow_by_one_per_save<S: SessionStore>(h: &Harness<S>) {
@@ -351,12 +456,56 @@ pub async fn lease_contract<S: SessionStore + SessionLeases>(h: &Harness<S>) {
     a_lease_expires_after_its_ttl_unless_renewed(h).await;
     a_stale_holder_cannot_save_and_a_fenced_save_writes_for_the_holder(h).await;
     a_waiter_gets_the_lease_when_it_is_released(h).await;
+    two_replicas_interleaving_appends_under_leases_never_lose_a_message(h).await;
     let store = h.client().await;
     let key = SessionKey::new(None, "ttl");
     assert_eq!(
         kind(store.acquire(&key, Duration::ZERO, Duration::ZERO).await),
         StoreErrorKind::Config
     );
+}
+
+async fn two_replicas_interleaving_appends_under_leases_never_lose_a_message<
+    S: SessionStore + SessionLeases,
+>(
+    h: &Harness<S>,
+) {
+    let key = SessionKey::new(Some("alice"), "interleaved");
+    let (a, b) = (h.client().await, h.client().await);
+    let rounds = 25;
+    async fn run<S: SessionStore + SessionLeases>(
+        store: &S,
+        key: &SessionKey,
+        name: &str,
+        rounds: usize,
+    ) {
+        for i in 0..rounds {
+            let lease = store
+                .acquire(key, Duration::from_secs(10), Duration::from_secs(10))
+                .await
+                .unwrap();
+            let loaded = store.load(key).await.unwrap();
+            let mut history = loaded.messages;
+            let unchanged = history.len();
+            history.push(Msg::user(format!("{name} {i}")));
+            store
+                .save_fenced_from(&lease, &history, unchanged, loaded.version)
+                .await
+                .unwrap();
+            store.release(&lease).await.unwrap();
+            tokio::task::yield_now().await;
+        }
+    }
+    futures::future::join(run(&a, &key, "a", rounds), run(&b, &key, "b", rounds)).await;
+    let stored = h.client().await.load(&key).await.unwrap();
+    assert_eq!(stored.version, 2 * rounds as u64);
+    let mut got = texts(&stored.messages);
+    got.sort();
+    let mut want: Vec<String> = (0..rounds)
+        .flat_map(|i| [format!("a {i}"), format!("b {i}")])
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
 }
 
 async fn a_lease_excludes_other_holders_until_released<S: SessionLeases>(h: &Harness<S>) {

@@ -134,7 +134,7 @@ async fn a_postgres_row_with_an_undecodable_history_is_corrupt_on_load() {
     raw(&url)
         .await
         .execute(
-            &format!("UPDATE {table} SET messages = '[{{\"not\": 1}}]'"),
+            &format!("UPDATE {table}_messages SET message = '{{\"not\": 1}}'"),
             &[],
         )
         .await
@@ -264,4 +264,186 @@ async fn a_postgres_server_that_is_stopped_fails_calls_cleanly_and_the_next_call
         ["before"]
     );
     assert_eq!(store.save(&key, &[Msg::user("after")], 1).await.unwrap(), 2);
+}
+
+fn history(n: usize) -> Vec<Msg> {
+    (0..n)
+        .map(|i| Msg::user(format!("question {i}: what is the status of order {i}?")))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_row_saved_in_the_whole_history_format_loads_and_converts_on_its_first_save() {
+    let Some(url) = postgres_url() else { return };
+    let table = fresh_table();
+    let store = connect(&url, &table).await;
+    let key = SessionKey::new(Some("u"), "old-format");
+    let k = serde_json::json!([key.user_id, key.session_id]).to_string();
+    let old = history(3);
+    let raw = raw(&url).await;
+    // What the store wrote before append-only saves: the whole history in the row.
+    raw.execute(
+        &format!(
+            "INSERT INTO {table} (session_key, user_id, session_id, version, fence, format, messages)
+             VALUES ($1, 'u', 'old-format', 3, 0, 'rein-session/1', $2)"
+        ),
+        &[&k, &serde_json::to_string(&old).unwrap()],
+    )
+    .await
+    .unwrap();
+    let loaded = store.load(&key).await.unwrap();
+    assert_eq!((loaded.messages.clone(), loaded.version), (old.clone(), 3));
+    let mut new = old.clone();
+    new.push(Msg::assistant("appended"));
+    assert_eq!(store.save_from(&key, &new, 3, 3).await.unwrap(), 4);
+    let row = raw
+        .query_one(
+            &format!(
+                "SELECT format, messages, msg_count,
+                        (SELECT count(*) FROM {table}_messages WHERE session_key = $1)
+                 FROM {table} WHERE session_key = $1"
+            ),
+            &[&k],
+        )
+        .await
+        .unwrap();
+    let (format, messages, count, rows): (String, String, i64, i64) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert_eq!(
+        (format.as_str(), messages.as_str(), count, rows),
+        ("rein-session/2", "", 4, 4)
+    );
+    let loaded = store.load(&key).await.unwrap();
+    assert_eq!((loaded.messages, loaded.version), (new, 4));
+    assert!(store.delete(&key).await.unwrap());
+    let rows: i64 = raw
+        .query_one(
+            &format!("SELECT count(*) FROM {table}_messages WHERE session_key = $1"),
+            &[&k],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0);
+}
+
+/// The WAL one save writes (`pg_current_wal_lsn` before and after), the least of a few
+/// tries: other tests write WAL too, which only adds.
+async fn wal_of_one_save(
+    raw: &tokio_postgres::Client,
+    store: &PostgresSessionStore,
+    key: &SessionKey,
+    messages: &[Msg],
+) -> i64 {
+    let mut least = i64::MAX;
+    let mut version = store.load(key).await.unwrap().version;
+    for _ in 0..5 {
+        let before: String = raw
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await
+            .unwrap()
+            .get(0);
+        // One call's worth: the last two messages rewritten over the stored history.
+        version = store
+            .save_from(key, messages, messages.len() - 2, version)
+            .await
+            .unwrap();
+        let wal: i64 = raw
+            .query_one(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)::bigint",
+                &[&before],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        least = least.min(wal);
+    }
+    least
+}
+
+#[tokio::test]
+async fn wal_a_save_writes_does_not_grow_with_the_history() {
+    let Some(url) = postgres_url() else { return };
+    let store = connect(&url, &fresh_table()).await;
+    let raw = raw(&url).await;
+    let mut wal = Vec::new();
+    for n in [10, 1000] {
+        let key = SessionKey::new(Some("u"), &format!("s-{n:04}"));
+        let messages = history(n);
+        store.save(&key, &messages, 0).await.unwrap();
+        wal.push(wal_of_one_save(&raw, &store, &key, &messages).await);
+        assert_eq!(store.load(&key).await.unwrap().messages, messages);
+    }
+    // A whole rewrite of 1,000 messages is over 60 kB of WAL; two rows are a few hundred
+    // bytes, whatever the history's length.
+    assert!(
+        wal[1] <= wal[0] * 2 + 1024,
+        "10 messages: {} B of WAL, 1,000: {} B",
+        wal[0],
+        wal[1]
+    );
+    assert!(wal[1] < 8_000, "{wal:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_refusal_waits_no_longer_than_the_lease_wait_even_when_the_pool_is_exhausted() {
+    let Some(url) = postgres_url() else { return };
+    let table = fresh_table();
+    let store = PostgresSessionStore::builder()
+        .url(&url)
+        .table(&table)
+        .pool_size(1)
+        .connect()
+        .await
+        .unwrap();
+    let key = SessionKey::new(None, "pool");
+    store.save(&key, &[Msg::user("hi")], 0).await.unwrap();
+    // The pool's only connection is held by a load blocked behind a table lock.
+    let raw = raw(&url).await;
+    raw.batch_execute(&format!(
+        "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+    ))
+    .await
+    .unwrap();
+    let blocked = tokio::spawn({
+        let (store, key) = (store.clone(), key.clone());
+        async move { store.load(&key).await }
+    });
+    let waiting = format!(
+        "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = '{table}'::regclass"
+    );
+    while raw.query_one(&waiting, &[]).await.unwrap().get::<_, i64>(0) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let ttl = Duration::from_secs(30);
+    // Wait zero: refused at once, while the pool's connection is still taken (the
+    // pool's own wait timeout is 10 s; the bound below only guards against a hang).
+    let started = Instant::now();
+    let err = store.acquire(&key, ttl, Duration::ZERO).await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Busy, "{err}");
+    assert!(err.to_string().contains("pool"), "{err}");
+    assert!(!blocked.is_finished());
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    // A wait of 300 ms: refused after it, not after the pool's timeout.
+    let started = Instant::now();
+    let err = store
+        .acquire(&key, ttl, Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Busy, "{err}");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    assert!(!blocked.is_finished());
+    raw.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(blocked.await.unwrap().unwrap().version, 1);
+    // With the connection back, the lease is free.
+    let lease = store.acquire(&key, ttl, Duration::ZERO).await.unwrap();
+    assert!(store.release(&lease).await.unwrap());
 }

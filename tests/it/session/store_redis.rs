@@ -106,16 +106,23 @@ async fn a_redis_hash_with_an_undecodable_history_is_corrupt_on_load() {
         .await
         .unwrap();
     let mut conn = raw(&url).await;
-    for (field, value) in [("messages", "[{\"not\": \"a message\"}]"), ("version", "0")] {
+    for (field, value) in [("message", "{\"not\": \"a message\"}"), ("version", "0")] {
         let key = SessionKey::new(Some("u"), &format!("bad-{field}"));
         store.save(&key, &[Msg::user("hi")], 0).await.unwrap();
-        let _: () = redis::cmd("HSET")
-            .arg(store.data_key(&key))
-            .arg(field)
-            .arg(value)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let command = if field == "message" {
+            redis::cmd("LSET")
+                .arg(store.messages_key(&key))
+                .arg(0)
+                .arg(value)
+                .clone()
+        } else {
+            redis::cmd("HSET")
+                .arg(store.data_key(&key))
+                .arg(field)
+                .arg(value)
+                .clone()
+        };
+        let _: () = command.query_async(&mut conn).await.unwrap();
         let err = store.load(&key).await.unwrap_err();
         assert_eq!(err.kind(), StoreErrorKind::Corrupt, "{field}: {err}");
         assert!(err.to_string().contains(&format!("u/bad-{field}")), "{err}");
@@ -233,4 +240,124 @@ async fn a_redis_server_that_is_down_fails_calls_cleanly_and_the_next_call_after
     assert_eq!(store.save(&key, &[Msg::user("after")], 0).await.unwrap(), 1);
     server.kill().unwrap();
     server.wait().unwrap();
+}
+
+fn history(n: usize) -> Vec<Msg> {
+    (0..n)
+        .map(|i| Msg::user(format!("question {i}: what is the status of order {i}?")))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_session_saved_in_the_whole_history_format_loads_and_converts_on_its_first_save() {
+    let Some(url) = redis_url() else { return };
+    let store = RedisSessionStore::builder()
+        .url(&url)
+        .key_prefix(fresh_prefix())
+        .connect()
+        .await
+        .unwrap();
+    let key = SessionKey::new(Some("u"), "old-format");
+    let old = history(3);
+    let mut conn = raw(&url).await;
+    // What the store wrote before append-only saves: the whole history in one field.
+    let _: () = redis::cmd("HSET")
+        .arg(store.data_key(&key))
+        .arg("format")
+        .arg("rein-session/1")
+        .arg("version")
+        .arg("3")
+        .arg("key")
+        .arg(serde_json::json!([key.user_id, key.session_id]).to_string())
+        .arg("fence")
+        .arg("0")
+        .arg("messages")
+        .arg(serde_json::to_string(&old).unwrap())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let loaded = store.load(&key).await.unwrap();
+    assert_eq!((loaded.messages.clone(), loaded.version), (old.clone(), 3));
+    // The first save appends: the store converts the session in the same save.
+    let mut new = old.clone();
+    new.push(Msg::assistant("appended"));
+    assert_eq!(store.save_from(&key, &new, 3, 3).await.unwrap(), 4);
+    let (format, field, length): (String, bool, usize) = redis::pipe()
+        .cmd("HGET")
+        .arg(store.data_key(&key))
+        .arg("format")
+        .cmd("HEXISTS")
+        .arg(store.data_key(&key))
+        .arg("messages")
+        .cmd("LLEN")
+        .arg(store.messages_key(&key))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        (format.as_str(), field, length),
+        ("rein-session/2", false, 4)
+    );
+    let loaded = store.load(&key).await.unwrap();
+    assert_eq!((loaded.messages, loaded.version), (new.clone(), 4));
+    // Deleting removes the list too.
+    assert!(store.delete(&key).await.unwrap());
+    let exists: usize = redis::cmd("EXISTS")
+        .arg(store.messages_key(&key))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0);
+}
+
+/// The bytes the server received for one save (its `total_net_input_bytes`), on a
+/// server of this test's own, so no other test's traffic counts.
+async fn bytes_received(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_net_input_bytes:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_a_save_sends_to_redis_do_not_grow_with_the_history() {
+    if redis_url().is_none() {
+        return;
+    }
+    let port = closed_port();
+    let mut server = start_redis(port);
+    let url = format!("redis://127.0.0.1:{port}");
+    let store = RedisSessionStore::connect(&url).await.unwrap();
+    let mut conn = raw(&url).await;
+    let mut sent = Vec::new();
+    for n in [10, 1000] {
+        let key = SessionKey::new(Some("u"), &format!("s-{n:04}"));
+        let mut messages = history(n);
+        let v = store.save(&key, &messages, 0).await.unwrap();
+        // One call's worth: two messages appended over the stored history.
+        messages.push(Msg::user("next question"));
+        messages.push(Msg::assistant("next answer"));
+        let before = bytes_received(&mut conn).await;
+        store.save_from(&key, &messages, n, v).await.unwrap();
+        let after = bytes_received(&mut conn).await;
+        sent.push(after - before);
+        assert_eq!(store.load(&key).await.unwrap().messages, messages);
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    // The same bytes (the INFO request included), give or take a digit.
+    assert!(
+        sent[1] <= sent[0] + 8,
+        "10 messages: {} B, 1,000: {} B",
+        sent[0],
+        sent[1]
+    );
+    assert!(sent[1] < 2_000, "{sent:?}");
 }

@@ -73,11 +73,18 @@ impl HeldLease {
         self.lost.store(true, Ordering::Release);
     }
 
-    /// A fenced save; a [`StoreErrorKind::LeaseLost`] marks the lease lost.
-    pub(crate) async fn save(&self, messages: &[Msg], version: u64) -> Result<u64, StoreError> {
+    /// A fenced save of `messages`, of which the first `unchanged` are what the store
+    /// holds at `version` ([`SessionLeases::save_fenced_from`]); a
+    /// [`StoreErrorKind::LeaseLost`] marks the lease lost.
+    pub(crate) async fn save(
+        &self,
+        messages: &[Msg],
+        unchanged: usize,
+        version: u64,
+    ) -> Result<u64, StoreError> {
         let saved = self
             .leases
-            .save_fenced(&self.lease, messages, version)
+            .save_fenced_from(&self.lease, messages, unchanged, version)
             .await;
         if let Err(e) = &saved
             && e.kind() == StoreErrorKind::LeaseLost
@@ -99,16 +106,17 @@ impl HeldLease {
         }
     }
 
-    /// From a dropped call: saves `snapshot` (the call's repaired conversation and the
-    /// version it replaces) under the lease, then releases it, in a task spawned on the
-    /// current tokio runtime. Returns `false` (nothing spawned) without a runtime.
-    pub(crate) fn spawn_finish(self, snapshot: Option<(Arc<Vec<Msg>>, u64)>) -> bool {
+    /// From a dropped call: saves `snapshot` (the call's repaired conversation, how many
+    /// of its messages the store holds unchanged, and the version it replaces) under the
+    /// lease, then releases it, in a task spawned on the current tokio runtime. Returns
+    /// `false` (nothing spawned) without a runtime.
+    pub(crate) fn spawn_finish(self, snapshot: Option<(Arc<Vec<Msg>>, usize, u64)>) -> bool {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return false;
         };
         handle.spawn(async move {
-            if let Some((messages, version)) = snapshot
-                && let Err(e) = self.save(&messages, version).await
+            if let Some((messages, unchanged, version)) = snapshot
+                && let Err(e) = self.save(&messages, unchanged, version).await
             {
                 tracing::error!(
                     session = %self.key(),

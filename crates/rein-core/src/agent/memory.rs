@@ -24,6 +24,13 @@ pub(crate) struct Conversation {
     pub(crate) loaded: bool,
     /// The store version `messages` were loaded at or last saved as.
     pub(crate) version: u64,
+    /// `messages[..stored]` are exactly what the store holds at `version`: the length
+    /// of the history as last loaded or saved, lowered to the smallest index a call
+    /// changed in place ([`Conversation::changed_at`]); `0` after a replacement. A save
+    /// writes only `messages[stored..]`
+    /// ([`SessionStore::save_from`](crate::SessionStore::save_from)); `0` is always
+    /// correct (a whole rewrite).
+    pub(crate) stored: usize,
     /// `messages` may differ from what the store holds: set when a call starts,
     /// cleared by a successful save.
     pub(crate) dirty: bool,
@@ -51,10 +58,18 @@ impl Conversation {
         Ok(())
     }
 
-    /// Replaces the conversation's messages (dropping a packed form).
+    /// Replaces the conversation's messages (dropping a packed form); the next save
+    /// rewrites the whole stored history.
     pub(crate) fn replace(&mut self, messages: Vec<Msg>) {
         self.messages = Arc::new(messages);
         self.packed = None;
+        self.stored = 0;
+    }
+
+    /// Notes that the message at `index` was changed in place: the next save rewrites
+    /// the stored history from there on.
+    pub(crate) fn changed_at(&mut self, index: usize) {
+        self.stored = self.stored.min(index);
     }
 
     /// Packs an idle conversation; one that does not mirror the store (it reloads on
@@ -86,13 +101,19 @@ impl Conversation {
         lease: Option<&HeldLease>,
     ) -> Result<(), StoreError> {
         self.unpack(key)?;
+        let unchanged = self.stored.min(self.messages.len());
         let saved = match lease {
-            Some(lease) => lease.save(&self.messages, self.version).await,
-            None => store.save(key, &self.messages, self.version).await,
+            Some(lease) => lease.save(&self.messages, unchanged, self.version).await,
+            None => {
+                store
+                    .save_from(key, &self.messages, unchanged, self.version)
+                    .await
+            }
         };
         match saved {
             Ok(version) => {
                 self.version = version;
+                self.stored = self.messages.len();
                 self.dirty = false;
                 Ok(())
             }
@@ -159,6 +180,7 @@ impl Conversation {
         })?;
         self.replace(stored.messages);
         self.version = stored.version;
+        self.stored = self.messages.len();
         self.loaded = true;
         self.dirty = false;
         Ok(())
@@ -341,26 +363,27 @@ impl CallMemory {
         }
     }
 
+    /// The last assistant message, to change in place (noted for the next save).
+    fn last_assistant_mut(&mut self) -> Option<&mut Msg> {
+        let index = self
+            .guard
+            .messages
+            .iter()
+            .rposition(|m| m.role == Role::Assistant)?;
+        self.guard.changed_at(index);
+        self.messages_mut().get_mut(index)
+    }
+
     /// Writes the journal entry of call `id` on the last assistant message.
     pub(crate) fn set_entry(&mut self, id: &str, entry: &super::journal::Entry) {
-        if let Some(msg) = self
-            .messages_mut()
-            .iter_mut()
-            .rev()
-            .find(|m| m.role == Role::Assistant)
-        {
+        if let Some(msg) = self.last_assistant_mut() {
             super::journal::set(msg, id, entry);
         }
     }
 
     /// Sets a metadata value on the last assistant message (kept with the session).
     pub(crate) fn set_last_metadata(&mut self, key: &str, value: serde_json::Value) {
-        if let Some(msg) = self
-            .messages_mut()
-            .iter_mut()
-            .rev()
-            .find(|m| m.role == Role::Assistant)
-        {
+        if let Some(msg) = self.last_assistant_mut() {
             msg.metadata.insert(key.to_owned(), value);
         }
     }
@@ -447,12 +470,7 @@ impl CallMemory {
     /// Replaces the stored tool use with this id (name and input) in the last
     /// assistant message.
     pub(crate) fn update_tool_use(&mut self, updated: &ToolUse) {
-        if let Some(msg) = self
-            .messages_mut()
-            .iter_mut()
-            .rev()
-            .find(|m| m.role == Role::Assistant)
-        {
+        if let Some(msg) = self.last_assistant_mut() {
             for block in &mut msg.content {
                 if let ContentBlock::ToolUse(u) = block
                     && u.id == updated.id
@@ -467,6 +485,9 @@ impl CallMemory {
     /// Records a result in the tool message at `batch` (creating it at the end on the
     /// first result of a turn). Returns the message's index.
     pub(crate) fn record_result(&mut self, batch: Option<usize>, result: ToolResult) -> usize {
+        if let Some(i) = batch {
+            self.guard.changed_at(i);
+        }
         let messages = self.messages_mut();
         match batch {
             Some(i) if i < messages.len() => {
@@ -576,8 +597,13 @@ impl Drop for CallMemory {
                 // The task does not need the slot: it saves this snapshot under the
                 // lease, then releases it (a call queued on the slot waits for the
                 // lease meanwhile, and reloads).
-                let snapshot = (unsaved && !lease.is_lost())
-                    .then(|| (Arc::clone(&self.guard.messages), self.guard.version));
+                let snapshot = (unsaved && !lease.is_lost()).then(|| {
+                    (
+                        Arc::clone(&self.guard.messages),
+                        self.guard.stored,
+                        self.guard.version,
+                    )
+                });
                 if lease.spawn_finish(snapshot) {
                     self.guard.loaded = false;
                     self.guard.dirty = false;

@@ -125,6 +125,29 @@ pub trait SessionLeases: Send + Sync + 'static {
         messages: &[Msg],
         expected_version: u64,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// [`save_fenced`](Self::save_fenced), told how much of the stored history the save
+    /// leaves as it is: the contract of
+    /// [`SessionStore::save_from`](crate::SessionStore::save_from) (`messages[..unchanged]`
+    /// are exactly what the store holds at `expected_version`; everything from index
+    /// `unchanged` on is replaced by `messages[unchanged..]`), under the lease and fence
+    /// checks of `save_fenced`, all in one atomic step.
+    ///
+    /// The default calls [`save_fenced`](Self::save_fenced) with all of `messages`.
+    ///
+    /// # Errors
+    /// As [`save_fenced`](Self::save_fenced); [`StoreErrorKind::Conflict`] also when the
+    /// store holds fewer than `unchanged` messages.
+    fn save_fenced_from(
+        &self,
+        lease: &Lease,
+        messages: &[Msg],
+        unchanged: usize,
+        expected_version: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        let _ = unchanged;
+        self.save_fenced(lease, messages, expected_version)
+    }
 }
 
 impl<S: SessionLeases> SessionLeases for Arc<S> {
@@ -153,6 +176,16 @@ impl<S: SessionLeases> SessionLeases for Arc<S> {
     ) -> impl Future<Output = Result<u64, StoreError>> + Send {
         SessionLeases::save_fenced(&**self, lease, messages, expected_version)
     }
+
+    fn save_fenced_from(
+        &self,
+        lease: &Lease,
+        messages: &[Msg],
+        unchanged: usize,
+        expected_version: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        SessionLeases::save_fenced_from(&**self, lease, messages, unchanged, expected_version)
+    }
 }
 
 /// The object-safe twin of [`SessionLeases`]: the one place lease futures are erased.
@@ -168,10 +201,11 @@ pub(crate) trait DynSessionLeases: Send + Sync + 'static {
 
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool, StoreError>>;
 
-    fn save_fenced<'a>(
+    fn save_fenced_from<'a>(
         &'a self,
         lease: &'a Lease,
         messages: &'a [Msg],
+        unchanged: usize,
         expected_version: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>>;
 }
@@ -194,16 +228,18 @@ impl<S: SessionLeases> DynSessionLeases for S {
         Box::pin(SessionLeases::release(self, lease))
     }
 
-    fn save_fenced<'a>(
+    fn save_fenced_from<'a>(
         &'a self,
         lease: &'a Lease,
         messages: &'a [Msg],
+        unchanged: usize,
         expected_version: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(SessionLeases::save_fenced(
+        Box::pin(SessionLeases::save_fenced_from(
             self,
             lease,
             messages,
+            unchanged.min(messages.len()),
             expected_version,
         ))
     }
@@ -218,7 +254,9 @@ pub struct LeaseConfig {
     pub ttl: Duration,
     /// How long a call waits for a session another holder (another replica) is running
     /// a call on before it fails with [`StoreErrorKind::Busy`] (default 10 s; zero: one
-    /// attempt).
+    /// attempt). It bounds the whole refusal: a store that needs a connection from a
+    /// pool to try (PostgreSQL) waits for one only as long as is left of it, and an
+    /// exhausted pool is a `Busy` refusal too.
     pub wait: Duration,
 }
 

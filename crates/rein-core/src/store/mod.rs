@@ -46,6 +46,7 @@ pub use lease::{Lease, LeaseConfig, MAX_TTL, SessionLeases, acquire_polling, ttl
 pub(crate) use session::DynSessionStore;
 pub use session::{
     InMemorySessionStore, SessionStore, StoreError, StoreErrorKind, StoredSession, next_version,
+    unchanged_beyond_stored,
 };
 pub use storable::{
     DEFAULT_MAX_SESSION_BYTES, MAX_KEY_BYTES, MAX_STORED_DEPTH, check_key, check_size,

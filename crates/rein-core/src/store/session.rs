@@ -256,6 +256,42 @@ pub trait SessionStore: Send + Sync + 'static {
         messages: &[Msg],
         expected_version: u64,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// [`save`](Self::save), told how much of the stored history the save leaves as it
+    /// is, so a store can write only the rest (what the call appended or changed).
+    ///
+    /// The contract: `messages[..unchanged]` are exactly the messages the store holds at
+    /// `expected_version` (its first `unchanged` messages, in order); the save replaces
+    /// everything the store holds from index `unchanged` on with `messages[unchanged..]`,
+    /// so that afterwards the store holds exactly `messages`, at the returned version.
+    /// `unchanged` is `0` for a full rewrite (always correct); it is never larger than
+    /// `messages.len()` (a larger value is read as `messages.len()`). The version check,
+    /// atomicity and errors are those of `save`.
+    ///
+    /// A store that writes only the tail and finds it holds fewer than `unchanged`
+    /// messages at `expected_version` (the caller's claim is wrong) must not write: it
+    /// fails with [`StoreErrorKind::Conflict`] (see [`unchanged_beyond_stored`]), as
+    /// when another writer saved first, and the caller reloads. A whole rewrite (the
+    /// default) stores `messages` exactly either way. No store can detect a prefix that
+    /// differs in content: passing one is the caller's bug.
+    ///
+    /// The default calls [`save`](Self::save) with all of `messages` (a whole rewrite),
+    /// so a store that does not override it keeps working unchanged. The Redis and
+    /// PostgreSQL stores and [`InMemorySessionStore`] write only `messages[unchanged..]`.
+    ///
+    /// # Errors
+    /// As [`save`](Self::save); [`StoreErrorKind::Conflict`] also when a store that
+    /// writes only the tail holds fewer than `unchanged` messages.
+    fn save_from(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
+        unchanged: usize,
+        expected_version: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        let _ = unchanged;
+        self.save(key, messages, expected_version)
+    }
 }
 
 impl<S: SessionStore> SessionStore for Arc<S> {
@@ -274,6 +310,16 @@ impl<S: SessionStore> SessionStore for Arc<S> {
     ) -> impl Future<Output = Result<u64, StoreError>> + Send {
         SessionStore::save(&**self, key, messages, expected_version)
     }
+
+    fn save_from(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
+        unchanged: usize,
+        expected_version: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        SessionStore::save_from(&**self, key, messages, unchanged, expected_version)
+    }
 }
 
 /// The object-safe twin of [`SessionStore`]: the one place store futures are erased
@@ -281,10 +327,11 @@ impl<S: SessionStore> SessionStore for Arc<S> {
 pub(crate) trait DynSessionStore: Send + Sync + 'static {
     fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<StoredSession, StoreError>>;
 
-    fn save<'a>(
+    fn save_from<'a>(
         &'a self,
         key: &'a SessionKey,
         messages: &'a [Msg],
+        unchanged: usize,
         expected_version: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>>;
 }
@@ -299,16 +346,19 @@ impl<S: SessionStore> DynSessionStore for S {
         })
     }
 
-    fn save<'a>(
+    fn save_from<'a>(
         &'a self,
         key: &'a SessionKey,
         messages: &'a [Msg],
+        unchanged: usize,
         expected_version: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
             super::storable::check_key(key)?;
-            super::storable::check_storable(key, messages)?;
-            SessionStore::save(self, key, messages, expected_version).await
+            let unchanged = unchanged.min(messages.len());
+            // The prefix was checked when it was saved: only what is written is checked.
+            super::storable::check_storable(key, &messages[unchanged..])?;
+            SessionStore::save_from(self, key, messages, unchanged, expected_version).await
         })
     }
 }
@@ -388,17 +438,33 @@ impl InMemorySessionStore {
         &self,
         key: &SessionKey,
         messages: &[Msg],
+        unchanged: usize,
         expected_version: u64,
     ) -> Result<u64, StoreError> {
         super::storable::check_key(key)?;
-        super::storable::check_storable(key, messages)?;
+        let unchanged = unchanged.min(messages.len());
+        super::storable::check_storable(key, &messages[unchanged..])?;
         let mut sessions = self.lock();
-        let found = sessions.get(key).map_or(0, |s| s.version);
+        let stored = sessions.get_mut(key);
+        let found = stored.as_ref().map_or(0, |s| s.version);
         if found != expected_version {
             return Err(StoreError::conflict(key, expected_version, found));
         }
         let version = next_version(key, expected_version)?;
-        sessions.insert(key.clone(), StoredSession::new(messages.to_vec(), version));
+        match stored {
+            Some(stored) => {
+                if stored.messages.len() < unchanged {
+                    return Err(short(key, unchanged, stored.messages.len(), found));
+                }
+                stored.messages.truncate(unchanged);
+                stored.messages.extend_from_slice(&messages[unchanged..]);
+                stored.version = version;
+            }
+            None if unchanged > 0 => return Err(short(key, unchanged, 0, found)),
+            None => {
+                sessions.insert(key.clone(), StoredSession::new(messages.to_vec(), version));
+            }
+        }
         Ok(version)
     }
 }
@@ -467,6 +533,17 @@ impl SessionLeases for InMemorySessionStore {
         messages: &[Msg],
         expected_version: u64,
     ) -> Result<u64, StoreError> {
+        self.save_fenced_from(lease, messages, 0, expected_version)
+            .await
+    }
+
+    async fn save_fenced_from(
+        &self,
+        lease: &Lease,
+        messages: &[Msg],
+        unchanged: usize,
+        expected_version: u64,
+    ) -> Result<u64, StoreError> {
         let key = lease.key();
         // Lock order: leases, then sessions.
         let mut leases = self.lock_leases();
@@ -474,7 +551,7 @@ impl SessionLeases for InMemorySessionStore {
         if !row.holds(lease, Instant::now()) || row.saved_fence > lease.fence() {
             return Err(lease_lost(key));
         }
-        let version = self.write(key, messages, expected_version)?;
+        let version = self.write(key, messages, unchanged, expected_version)?;
         row.saved_fence = lease.fence();
         Ok(version)
     }
@@ -492,8 +569,41 @@ impl SessionStore for InMemorySessionStore {
         messages: &[Msg],
         expected_version: u64,
     ) -> Result<u64, StoreError> {
-        self.write(key, messages, expected_version)
+        self.write(key, messages, 0, expected_version)
     }
+
+    async fn save_from(
+        &self,
+        key: &SessionKey,
+        messages: &[Msg],
+        unchanged: usize,
+        expected_version: u64,
+    ) -> Result<u64, StoreError> {
+        self.write(key, messages, unchanged, expected_version)
+    }
+}
+
+/// For store implementations: the [`StoreErrorKind::Conflict`] of a
+/// [`SessionStore::save_from`] that claims `unchanged` stored messages where the store
+/// holds `stored` at version `version` (nothing written; the caller reloads).
+pub fn unchanged_beyond_stored(
+    key: &SessionKey,
+    unchanged: usize,
+    stored: usize,
+    version: u64,
+) -> StoreError {
+    StoreError::with_kind(
+        StoreErrorKind::Conflict,
+        key,
+        format!(
+            "nothing saved: the save leaves {unchanged} stored messages unchanged, but the store \
+             holds {stored} at version {version} (reload the session)"
+        ),
+    )
+}
+
+fn short(key: &SessionKey, unchanged: usize, stored: usize, version: u64) -> StoreError {
+    unchanged_beyond_stored(key, unchanged, stored, version)
 }
 
 /// For store implementations: the version a save of `expected` writes (`expected + 1`).

@@ -1,7 +1,7 @@
 //! The SQL of `PostgresSessionStore`, built once per store from the validated table
 //! name.
 
-use crate::FORMAT;
+use crate::{FORMAT, FORMAT_APPEND};
 
 /// The SQL statements of one table (built once from the validated name).
 pub(super) struct Sql {
@@ -11,7 +11,7 @@ pub(super) struct Sql {
     pub(super) update: String,
     pub(super) insert_fenced: String,
     pub(super) update_fenced: String,
-    pub(super) probe: String,
+    pub(super) probe_save: String,
     pub(super) lease_held: String,
     pub(super) delete: String,
     pub(super) list_user: String,
@@ -34,10 +34,74 @@ impl Sql {
         };
         let t = quote(name);
         let l = quote(&format!("{name}_leases"));
-        let held = format!(
-            "SELECT 1 FROM {l} WHERE session_key = $1 AND token = $5 AND expires_at > clock_timestamp() FOR SHARE"
-        );
-        let columns = "session_key, user_id, session_id, version, fence, format, messages";
+        let m = quote(&format!("{name}_messages"));
+        let held = |token: &str| {
+            format!(
+                "held AS (SELECT 1 FROM {l} WHERE session_key = $1 AND token = {token} \
+                 AND expires_at > clock_timestamp() FOR SHARE),"
+            )
+        };
+        let columns = "session_key, user_id, session_id, version, fence, format, messages, msg_count, msg_bytes";
+        // The rows of the messages written (`texts`, from index `from`) once the session
+        // row `s` changed, replacing any stored at those indexes, and the removal of
+        // stored rows past the new end.
+        let rows = |from: &str, texts: &str| {
+            format!(
+                "d AS (DELETE FROM {m} WHERE session_key = $1
+                         AND idx >= {from} + cardinality({texts}::text[])
+                         AND EXISTS (SELECT 1 FROM s)),
+                 i AS (INSERT INTO {m} (session_key, idx, message)
+                       SELECT $1, {from} + u.o - 1, u.x
+                       FROM unnest({texts}::text[]) WITH ORDINALITY AS u(x, o)
+                       WHERE EXISTS (SELECT 1 FROM s)
+                       ON CONFLICT (session_key, idx) DO UPDATE SET message = EXCLUDED.message)
+                 SELECT 1 FROM s"
+            )
+        };
+        // $1 key, $2 expected version, $3 new version, $4 unchanged, $5 texts, $6 their
+        // bytes, $7 the largest history (bytes of its JSON); fenced: $8 token, $9 fence.
+        let update = |fenced: bool| {
+            let (with_held, from_held, set_fence, check_fence) = if fenced {
+                (held("$8"), ", held", "fence = $9,", "AND fence <= $9")
+            } else {
+                (String::new(), "", "", "")
+            };
+            let bytes = "CASE WHEN $4 = 0 THEN $6 ELSE msg_bytes - r.n + $6 END";
+            format!(
+                "WITH {with_held}
+                 r AS (SELECT COALESCE(sum(octet_length(message)), 0)::bigint AS n
+                       FROM {m} WHERE session_key = $1 AND idx >= $4),
+                 s AS (UPDATE {t} SET version = $3, {set_fence} format = '{FORMAT_APPEND}',
+                         messages = '', msg_count = $4 + cardinality($5::text[]),
+                         msg_bytes = {bytes}, updated_at = now()
+                       FROM r{from_held}
+                       WHERE session_key = $1 AND version = $2 {check_fence}
+                         AND (format = '{FORMAT_APPEND}' OR (format = '{FORMAT}' AND $4 = 0))
+                         AND COALESCE(msg_count, 0) >= $4
+                         AND {bytes} + greatest($4 + cardinality($5::text[]) - 1, 0) + 2 <= $7
+                       RETURNING 1),
+                 {}",
+                rows("$4", "$5")
+            )
+        };
+        // $1 key, $2 user, $3 session, $4 texts, $5 their bytes; fenced: $6 token, $7 fence.
+        let insert = |fenced: bool| {
+            let (with_held, from_held, fence) = if fenced {
+                (held("$6"), " FROM held", "$7")
+            } else {
+                (String::new(), "", "0")
+            };
+            format!(
+                "WITH {with_held}
+                 s AS (INSERT INTO {t} ({columns})
+                       SELECT $1, $2, $3, 1, {fence}, '{FORMAT_APPEND}', '',
+                              cardinality($4::text[]), $5{from_held}
+                       ON CONFLICT (session_key) DO NOTHING
+                       RETURNING 1),
+                 {}",
+                rows("0", "$4")
+            )
+        };
         Self {
             migrate: format!(
                 "BEGIN;
@@ -52,7 +116,15 @@ impl Sql {
                      messages    text NOT NULL,
                      updated_at  timestamptz NOT NULL DEFAULT now()
                  );
+                 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS msg_count bigint;
+                 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS msg_bytes bigint;
                  CREATE INDEX IF NOT EXISTS \"{name}_user\" ON {t} (user_id, session_id);
+                 CREATE TABLE IF NOT EXISTS {m} (
+                     session_key text NOT NULL,
+                     idx         bigint NOT NULL,
+                     message     text NOT NULL,
+                     PRIMARY KEY (session_key, idx)
+                 );
                  CREATE TABLE IF NOT EXISTS {l} (
                      session_key text PRIMARY KEY,
                      token       text NOT NULL,
@@ -61,42 +133,43 @@ impl Sql {
                  );
                  COMMIT;"
             ),
-            // $1 key, $2 the largest history sent back (a larger one is not read out).
+            // $1 key, $2 the largest history sent back (a larger one is not read out):
+            // format, version, the whole-history text (format 1), the history's size,
+            // the message count and the messages (format 2), in one snapshot.
             load: format!(
                 "SELECT format, version,
-                        CASE WHEN octet_length(messages) <= $2::bigint THEN messages END,
-                        octet_length(messages)::bigint
+                        CASE WHEN format <> '{FORMAT_APPEND}' AND octet_length(messages) <= $2::bigint
+                             THEN messages END,
+                        CASE WHEN format = '{FORMAT_APPEND}'
+                             THEN msg_bytes + greatest(msg_count - 1, 0) + 2
+                             ELSE octet_length(messages)::bigint END,
+                        msg_count,
+                        CASE WHEN format = '{FORMAT_APPEND}'
+                              AND msg_bytes + greatest(msg_count - 1, 0) + 2 <= $2::bigint
+                             THEN ARRAY(SELECT message FROM {m} WHERE session_key = $1 ORDER BY idx) END
                  FROM {t} WHERE session_key = $1"
             ),
-            // $1 key, $2 user, $3 session, $4 messages.
-            insert: format!(
-                "INSERT INTO {t} ({columns}) VALUES ($1, $2, $3, 1, 0, '{FORMAT}', $4)
-                 ON CONFLICT (session_key) DO NOTHING"
+            insert: insert(false),
+            update: update(false),
+            insert_fenced: insert(true),
+            update_fenced: update(true),
+            // $1 key, $2 unchanged: why an update changed nothing.
+            probe_save: format!(
+                "SELECT format, version, fence, msg_count, msg_bytes,
+                        (SELECT COALESCE(sum(octet_length(message)), 0)::bigint
+                         FROM {m} WHERE session_key = $1 AND idx >= $2)
+                 FROM {t} WHERE session_key = $1"
             ),
-            // $1 key, $2 expected version, $3 new version, $4 messages.
-            update: format!(
-                "UPDATE {t} SET version = $3, messages = $4, updated_at = now()
-                 WHERE session_key = $1 AND version = $2 AND format = '{FORMAT}'"
-            ),
-            // As `insert`, plus $5 lease token, $6 fence.
-            insert_fenced: format!(
-                "WITH held AS ({held})
-                 INSERT INTO {t} ({columns})
-                 SELECT $1, $2, $3, 1, $6, '{FORMAT}', $4 FROM held
-                 ON CONFLICT (session_key) DO NOTHING"
-            ),
-            // As `update`, plus $5 lease token, $6 fence.
-            update_fenced: format!(
-                "WITH held AS ({held})
-                 UPDATE {t} SET version = $3, messages = $4, fence = $6, updated_at = now()
-                 FROM held
-                 WHERE session_key = $1 AND version = $2 AND format = '{FORMAT}' AND fence <= $6"
-            ),
-            probe: format!("SELECT format, version, fence FROM {t} WHERE session_key = $1"),
             lease_held: format!(
                 "SELECT 1 FROM {l} WHERE session_key = $1 AND token = $2 AND expires_at > clock_timestamp()"
             ),
-            delete: format!("DELETE FROM {t} WHERE session_key = $1"),
+            // The session row first, then its messages (the order a save locks them in).
+            delete: format!(
+                "WITH s AS (DELETE FROM {t} WHERE session_key = $1 RETURNING 1),
+                      m AS (DELETE FROM {m} WHERE session_key = $1
+                              AND (SELECT count(*) FROM s) >= 0)
+                 SELECT count(*) FROM s"
+            ),
             list_user: format!(
                 "SELECT session_id FROM {t} WHERE user_id = $1 ORDER BY session_id"
             ),
