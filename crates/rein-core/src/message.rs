@@ -99,6 +99,7 @@ impl ToolResult {
     }
 
     /// The result text.
+    #[inline]
     pub fn text(&self) -> String {
         self.content.clone()
     }

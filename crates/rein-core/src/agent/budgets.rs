@@ -102,7 +102,7 @@ impl Call<'_> {
             return self.stream_model(request, phase).await.map(Some);
         };
         if let Err(e) = ledger.check_time() {
-            self.exhausted = Some(e);
+            self.exhausted = Some(Box::new(e));
             return Ok(None);
         }
         let price = self.agent.prices.as_ref().and_then(|p| {
@@ -118,7 +118,7 @@ impl Call<'_> {
             match ledger.admit_model_call(estimate, request.options.max_tokens, price.as_ref()) {
                 Ok(cap) => cap,
                 Err(e) => {
-                    self.exhausted = Some(e);
+                    self.exhausted = Some(Box::new(e));
                     return Ok(None);
                 }
             };
@@ -162,7 +162,7 @@ impl Call<'_> {
         match ledgers.own.check_time() {
             Ok(()) => false,
             Err(e) => {
-                self.exhausted = Some(e);
+                self.exhausted = Some(Box::new(e));
                 true
             }
         }
@@ -174,7 +174,7 @@ impl Call<'_> {
         &mut self,
         memory: &mut CallMemory,
     ) -> Result<CallOutcome, Error> {
-        let Some(e) = self.exhausted.take() else {
+        let Some(e) = self.exhausted.take().map(|e| *e) else {
             return Err(Error::internal("a budget stop without a budget"));
         };
         memory.repair(&format!("not executed: {e}"));

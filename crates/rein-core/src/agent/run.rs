@@ -73,7 +73,7 @@ pub(super) struct Call<'a> {
     /// The budgets the call draws from ([`crate::budget`]); `None` without any.
     pub(super) ledgers: Option<super::budgets::Ledgers>,
     /// The budget that refused the next spending, for the stop that follows.
-    pub(super) exhausted: Option<crate::budget::BudgetExhausted>,
+    pub(super) exhausted: Option<Box<crate::budget::BudgetExhausted>>,
 }
 
 impl AgentInner {
@@ -562,7 +562,12 @@ impl Call<'_> {
             tools,
             options,
         };
-        self.model_call(memory, request, Phase::Reasoning).await
+        if self.ledgers.is_none() {
+            // Without budgets no state machine of the call holds the request.
+            return self.stream_model(request, Phase::Reasoning).await.map(Some);
+        }
+        // Boxed: the budgeted path holds the request across the reservation's save.
+        Box::pin(self.model_call(memory, request, Phase::Reasoning)).await
     }
 
     async fn post_reasoning(

@@ -98,7 +98,12 @@ impl Call<'_> {
             tools: Arc::default(),
             options,
         };
-        let Some(mut summary) = self.model_call(memory, request, Phase::Summary).await? else {
+        let summary = if self.ledgers.is_none() {
+            Some(self.stream_model(request, Phase::Summary).await?)
+        } else {
+            Box::pin(self.model_call(memory, request, Phase::Summary)).await?
+        };
+        let Some(mut summary) = summary else {
             return Ok(None);
         };
         // A summary never carries tool uses: there were no tools to call.

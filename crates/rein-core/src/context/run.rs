@@ -132,11 +132,13 @@ impl Extensions {
     }
 
     /// Number of stored values.
+    #[inline]
     pub fn len(&self) -> usize {
         self.lock().len()
     }
 
     /// `true` if nothing is stored.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
@@ -325,21 +327,25 @@ impl RunContext {
     }
 
     /// The session id.
+    #[inline]
     pub fn session_id(&self) -> &str {
         &self.ids.session_id
     }
 
     /// The user id, if any.
+    #[inline]
     pub fn user_id(&self) -> Option<&str> {
         self.ids.user_id.as_deref()
     }
 
     /// The run id.
+    #[inline]
     pub fn run_id(&self) -> &str {
         &self.ids.run_id
     }
 
     /// The call's typed storage.
+    #[inline]
     pub fn extensions(&self) -> &Extensions {
         &self.extensions
     }

@@ -82,6 +82,7 @@ impl PreActingEvent {
     }
 
     /// Whether a hook asked to stop for a human on this call in the current pass.
+    #[inline]
     pub fn is_stopped_for_human(&self) -> bool {
         self.wait
     }
@@ -90,12 +91,14 @@ impl PreActingEvent {
     /// (a stop for approval), and the resuming call carried one, which the runtime
     /// applied before admission (an approval lets it run, an edit is the call hooks now
     /// see). An approval hook does not ask again.
+    #[inline]
     pub fn decided_by_human(&self) -> bool {
         self.human.is_some()
     }
 
     /// The human's decision the runtime applied to this call (see
     /// [`PreActingEvent::decided_by_human`]), with who decided and why.
+    #[inline]
     pub fn human_decision(&self) -> Option<&HumanDecision> {
         self.human.as_deref()
     }
@@ -103,16 +106,19 @@ impl PreActingEvent {
     /// The call as the model asked for it (after the runtime's admission, before any
     /// hook rewrote it). Equal to [`PreActingEvent::tool_use`] while no hook changed
     /// the call.
+    #[inline]
     pub fn original_tool_use(&self) -> &ToolUse {
         self.original.as_deref().unwrap_or(&self.tool_use)
     }
 
     /// Whether a hook changed the call's name or arguments.
+    #[inline]
     pub fn was_rewritten(&self) -> bool {
         self.changed
     }
 
     /// The tool call as it will run (after earlier hooks' rewrites).
+    #[inline]
     pub fn tool_use(&self) -> &ToolUse {
         &self.tool_use
     }
@@ -213,16 +219,19 @@ impl PreActingEvent {
     }
 
     /// Whether the call was denied.
+    #[inline]
     pub fn is_denied(&self) -> bool {
         self.denial.is_some()
     }
 
     /// The denial reason, if denied.
+    #[inline]
     pub fn denial_reason(&self) -> Option<&str> {
         self.denial.as_ref().map(|d| d.reason.as_str())
     }
 
     /// The name of the hook that denied the call, if denied.
+    #[inline]
     pub fn denied_by(&self) -> Option<&str> {
         self.denial.as_ref().and_then(|d| d.hook.as_deref())
     }
@@ -240,11 +249,13 @@ pub struct ActingChunkEvent {
 
 impl ActingChunkEvent {
     /// The running call.
+    #[inline]
     pub fn tool_use(&self) -> &ToolUse {
         &self.tool_use
     }
 
     /// The progress text.
+    #[inline]
     pub fn chunk(&self) -> &str {
         &self.chunk
     }
@@ -267,16 +278,19 @@ pub struct PostActingEvent {
 impl PostActingEvent {
     /// What a human decided about this call (approved, edited, denied, retried or
     /// recorded its outcome), with who and why; `None` when no human decided on it.
+    #[inline]
     pub fn human_decision(&self) -> Option<&HumanDecision> {
         self.human.as_deref()
     }
 
     /// The call that ran (or was denied).
+    #[inline]
     pub fn tool_use(&self) -> &ToolUse {
         &self.tool_use
     }
 
     /// The result (after earlier hooks' rewrites).
+    #[inline]
     pub fn tool_result(&self) -> &ToolResult {
         &self.result
     }
@@ -306,6 +320,7 @@ impl PostActingEvent {
     }
 
     /// Whether a `PreActing` hook denied this call (the tool did not run).
+    #[inline]
     pub fn was_denied(&self) -> bool {
         self.denied
     }
@@ -330,6 +345,7 @@ impl PostActingEvent {
     }
 
     /// Whether some hook requested a stop on this event.
+    #[inline]
     pub fn is_stop_requested(&self) -> bool {
         self.stop
     }

@@ -22,26 +22,31 @@ macro_rules! meta_accessors {
         impl $ty {
             /// The agent whose loop fired this event (a subagent's events carry the
             /// child's identity, with `parent_id` and `depth`).
+            #[inline]
             pub fn agent(&self) -> &AgentInfo {
                 &self.meta.call.agent
             }
 
             /// The run context of the call (ids and typed extensions).
+            #[inline]
             pub fn context(&self) -> &RunContext {
                 &self.meta.call.ctx
             }
 
             /// See [`HookEvent::timestamp`].
+            #[inline]
             pub fn timestamp(&self) -> Instant {
                 self.meta.timestamp()
             }
 
             /// See [`HookEvent::state`].
+            #[inline]
             pub fn state(&self) -> CallState<'_> {
                 CallState::of(&self.meta)
             }
 
             /// See [`HookEvent::records_content`].
+            #[inline]
             pub fn records_content(&self) -> bool {
                 self.meta.mode.reveal
             }
@@ -77,6 +82,7 @@ pub struct PreCallEvent {
 impl PreCallEvent {
     /// The call's input messages (not the stored history). Empty when the call resumes
     /// a stopped session.
+    #[inline]
     pub fn messages(&self) -> &[Msg] {
         &self.messages
     }
@@ -105,6 +111,7 @@ impl PreCallEvent {
     }
 
     /// The system prompt for this call (the agent's, unless a hook changed it).
+    #[inline]
     pub fn system_prompt(&self) -> Option<&str> {
         self.system_prompt.as_deref()
     }
@@ -146,6 +153,7 @@ pub struct PreSummaryEvent {
 impl PreSummaryEvent {
     /// The messages the summary call receives: system message, conversation, and the
     /// summarize instruction.
+    #[inline]
     pub fn messages(&self) -> &Messages {
         &self.messages
     }
@@ -157,6 +165,7 @@ impl PreSummaryEvent {
     }
 
     /// The effective options for the summary call.
+    #[inline]
     pub fn generate_options(&self) -> &GenerateOptions {
         &self.options
     }
@@ -168,6 +177,7 @@ impl PreSummaryEvent {
     }
 
     /// The iteration limit that was reached.
+    #[inline]
     pub fn max_iters(&self) -> u32 {
         self.max_iters
     }
@@ -184,11 +194,13 @@ pub struct SummaryChunkEvent {
 
 impl SummaryChunkEvent {
     /// The chunk just received.
+    #[inline]
     pub fn chunk(&self) -> &ModelChunk {
         &self.chunk
     }
 
     /// The summary so far.
+    #[inline]
     pub fn accumulated(&self) -> &Msg {
         &self.accumulated
     }
@@ -204,6 +216,7 @@ pub struct PostSummaryEvent {
 
 impl PostSummaryEvent {
     /// The summary message.
+    #[inline]
     pub fn message(&self) -> &Msg {
         &self.message
     }
@@ -230,6 +243,7 @@ pub struct PostCallEvent {
 
 impl PostCallEvent {
     /// The reply the caller will get.
+    #[inline]
     pub fn final_message(&self) -> &Msg {
         &self.message
     }
@@ -254,16 +268,19 @@ impl PostCallEvent {
 
     /// The decisions hooks made during this call so far (empty unless the call
     /// records decisions: see [`crate::observe`]).
+    #[inline]
     pub fn decisions(&self) -> &[Decision] {
         &self.decisions
     }
 
     /// Why the loop ended.
+    #[inline]
     pub fn reason(&self) -> StopReason {
         self.reason
     }
 
     /// Token usage summed over the call's model calls.
+    #[inline]
     pub fn usage(&self) -> Usage {
         self.usage
     }
@@ -280,12 +297,14 @@ pub struct ErrorEvent {
 
 impl ErrorEvent {
     /// The error the caller will get.
+    #[inline]
     pub fn error(&self) -> &Error {
         &self.error
     }
 
     /// The decisions hooks made during the failed call (empty unless the call records
     /// decisions: see [`crate::observe`]).
+    #[inline]
     pub fn decisions(&self) -> &[Decision] {
         &self.decisions
     }
@@ -364,11 +383,13 @@ impl HookEvent {
     }
 
     /// The agent whose loop fired the event.
+    #[inline]
     pub fn agent(&self) -> &AgentInfo {
         each_event!(self, e => &e.meta.call.agent)
     }
 
     /// The run context of the call.
+    #[inline]
     pub fn context(&self) -> &RunContext {
         each_event!(self, e => &e.meta.call.ctx)
     }
@@ -379,12 +400,14 @@ impl HookEvent {
     /// (latency, audit durations) use it so that they agree with each other and an
     /// event costs at most one clock read, however many hooks look at it. A chunk
     /// event is re-stamped for each chunk.
+    #[inline]
     pub fn timestamp(&self) -> Instant {
         each_event!(self, e => e.meta.timestamp())
     }
 
     /// The per-call state of the hooks of this call (see [`CallState`]): where a hook
     /// keeps what it remembers between the events of one call.
+    #[inline]
     pub fn state(&self) -> CallState<'_> {
         CallState::of(self.meta())
     }
@@ -393,6 +416,7 @@ impl HookEvent {
     /// ([`AgentBuilder::record_content`](crate::AgentBuilder::record_content)): decisions
     /// then carry readable values instead of digests, and a hook that logs values may
     /// log them readable too. Off by default.
+    #[inline]
     pub fn records_content(&self) -> bool {
         self.meta().mode.reveal
     }

@@ -26,6 +26,7 @@ pub struct PreReasoningEvent {
 impl PreReasoningEvent {
     /// Exactly the messages the model will receive: the system message first (if any),
     /// then the conversation (shared with memory, not copied).
+    #[inline]
     pub fn messages(&self) -> &Messages {
         &self.messages
     }
@@ -38,6 +39,7 @@ impl PreReasoningEvent {
 
     /// The effective options: the agent's defaults, then earlier hooks' changes. Never
     /// empty when the agent has defaults.
+    #[inline]
     pub fn generate_options(&self) -> &GenerateOptions {
         &self.options
     }
@@ -51,11 +53,13 @@ impl PreReasoningEvent {
     }
 
     /// Names of the tools offered to the model, in order.
+    #[inline]
     pub fn tool_names(&self) -> &[String] {
         &self.tool_names
     }
 
     /// The reasoning iteration, from 0.
+    #[inline]
     pub fn iteration(&self) -> u32 {
         self.iteration
     }
@@ -72,12 +76,14 @@ pub struct ReasoningChunkEvent {
 
 impl ReasoningChunkEvent {
     /// The chunk just received.
+    #[inline]
     pub fn chunk(&self) -> &ModelChunk {
         &self.chunk
     }
 
     /// The message so far: text and thinking accumulated up to and including this
     /// chunk (tool calls appear once the model turn is complete).
+    #[inline]
     pub fn accumulated(&self) -> &Msg {
         &self.accumulated
     }
@@ -99,6 +105,7 @@ pub struct PostReasoningEvent {
 
 impl PostReasoningEvent {
     /// The model's message (as rewritten by earlier hooks).
+    #[inline]
     pub fn message(&self) -> &Msg {
         &self.message
     }
@@ -152,6 +159,7 @@ impl PostReasoningEvent {
     }
 
     /// The messages of a pending redo, if one was requested.
+    #[inline]
     pub fn goto_requested(&self) -> Option<&[Msg]> {
         self.goto.as_deref()
     }
@@ -175,16 +183,19 @@ impl PostReasoningEvent {
     }
 
     /// Whether some hook requested a stop.
+    #[inline]
     pub fn is_stop_requested(&self) -> bool {
         self.stop
     }
 
     /// Token usage of this model call.
+    #[inline]
     pub fn usage(&self) -> Usage {
         self.usage
     }
 
     /// The reasoning iteration, from 0.
+    #[inline]
     pub fn iteration(&self) -> u32 {
         self.iteration
     }
