@@ -13,12 +13,12 @@ use super::run::Call;
 use super::{AgentInner, CallOutcome};
 use crate::budget::{
     BUDGET_KEY, Budget, BudgetExhausted, BudgetScope, Ledger, Prices, Spend, estimate_tokens,
-    message_bytes, request_bytes, session_record, stored_spend,
+    session_record, stored_spend,
 };
 use crate::context::{RunContext, StopReason};
 use crate::error::Error;
 use crate::hook::{Decision, DecisionKind, EventKind};
-use crate::message::Msg;
+use crate::message::{ContentBlock, Msg};
 use crate::model::ModelRequest;
 
 impl<S> AgentBuilder<S> {
@@ -254,4 +254,56 @@ impl Call<'_> {
         }
         Some(ledgers.own.spent())
     }
+}
+
+/// The bytes of text a request sends: every message's text, thinking, tool calls and
+/// results, and the tool schemas, counted without serializing (the check runs before
+/// every model call).
+fn request_bytes(request: &ModelRequest) -> usize {
+    let messages: usize = request.messages.iter().map(message_bytes).sum();
+    let tools: usize = request
+        .tools
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + json_bytes(&t.parameters))
+        .sum();
+    messages + tools
+}
+
+/// The bytes of text in `msg` (see [`request_bytes`]).
+fn message_bytes(msg: &Msg) -> usize {
+    msg.content
+        .iter()
+        .map(|b| match b {
+            ContentBlock::Text(t) => t.len(),
+            ContentBlock::Thinking(t) => t.text.len(),
+            ContentBlock::ToolUse(u) => u.name.len() + json_bytes(&u.input),
+            ContentBlock::ToolResult(r) => r.name.len() + r.content.len(),
+        })
+        .sum::<usize>()
+        + 4
+}
+
+/// About the length of `v`'s JSON text: strings and keys with their quotes, numbers as
+/// a few bytes, one byte of punctuation per item; allocation-free. Values deeper than
+/// stored values may be (`store::MAX_STORED_DEPTH`) count only their outer levels.
+fn json_bytes(v: &serde_json::Value) -> usize {
+    fn walk(v: &serde_json::Value, depth: usize) -> usize {
+        use serde_json::Value;
+        if depth > 128 {
+            return 0;
+        }
+        match v {
+            Value::Null | Value::Bool(_) => 5,
+            Value::Number(_) => 8,
+            Value::String(s) => s.len() + 3,
+            Value::Array(a) => 2 + a.iter().map(|v| walk(v, depth + 1)).sum::<usize>(),
+            Value::Object(o) => {
+                2 + o
+                    .iter()
+                    .map(|(k, v)| k.len() + 4 + walk(v, depth + 1))
+                    .sum::<usize>()
+            }
+        }
+    }
+    walk(v, 0)
 }

@@ -367,6 +367,4 @@ impl std::fmt::Display for BudgetExhausted {
 
 mod ledger;
 
-pub(crate) use ledger::{
-    Ledger, estimate_tokens, message_bytes, request_bytes, session_record, stored_spend,
-};
+pub(crate) use ledger::{Ledger, estimate_tokens, session_record, stored_spend};
