@@ -89,10 +89,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // One script for the whole tree: the parent and the child share the model.
     let script = ScriptedModel::new([
-        // parent
+        // parent: each subagent is a tool of its own (`ask_<id>`, the default style);
+        // `agent_spawn` stays for subagents the workspace declares later.
         ScriptedTurn::tool_call(
-            "agent_spawn",
-            json!({"agent_id": "log-analyst", "task": "Why did refunds fail around 12:00 in payments?"}),
+            "ask_log_analyst",
+            json!({"task": "Why did refunds fail around 12:00 in payments?"}),
         ),
         // child
         ScriptedTurn::tool_calls(vec![

@@ -269,6 +269,7 @@ fn delegating(trail: bool, calls: usize) -> Agent {
         .toolkit(tools())
         .without_global_hooks()
         .hook(BigRewrite)
+        .delegation_style(DelegationStyle::Spawn)
         .subagent(child)
         .decision_trail(trail)
         .build()

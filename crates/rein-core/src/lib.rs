@@ -30,8 +30,8 @@ pub mod tool;
 mod util;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions, RunContext,
-    StopReason, StreamRelease, TypedOutcome,
+    Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions, OutputMode,
+    RunContext, StopReason, StreamRelease, TypedOutcome,
 };
 pub use budget::{Budget, BudgetExhausted, ModelPrice, Prices};
 pub use error::{BuildError, BuildErrorKind, Error, ErrorKind, HookFailureKind};
@@ -46,8 +46,9 @@ pub use hook::{Decision, DecisionKind};
 pub use hook::{HookFn, HookSettings, hook_fn};
 pub use message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
 pub use model::{
-    FinishReason, GenerateOptions, Model, ModelChunk, ModelError, ModelErrorKind, ModelRequest,
-    ModelStream, ResponseFormat, ScriptedModel, ScriptedTurn, ToolChoice, Usage,
+    FinishReason, GenerateOptions, Model, ModelCapabilities, ModelChunk, ModelError,
+    ModelErrorKind, ModelRequest, ModelStream, ResponseFormat, ScriptedModel, ScriptedTurn,
+    ToolChoice, Usage,
 };
 pub use store::{
     FileSessionStore, InMemorySessionStore, LeaseConfig, SessionKey, SessionStore, StoreError,
@@ -55,8 +56,8 @@ pub use store::{
 };
 pub use store::{Lease, SessionAdmin, SessionLeases};
 pub use subagent::{
-    GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration, SubagentDeclarationBuilder,
-    SubagentFactory,
+    DelegationStyle, GENERAL_PURPOSE, ModelResolver, SPAWN_TOOL, SubagentDeclaration,
+    SubagentDeclarationBuilder, SubagentFactory,
 };
 pub use subagent::{SubagentWorkspace, WorkspaceMode};
 pub use tool::SharedTool;

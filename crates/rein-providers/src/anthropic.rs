@@ -142,7 +142,7 @@ impl AnthropicModel {
 
     /// The capabilities that apply to a call of model `name` (the builder's, else the
     /// table's).
-    pub fn capabilities(&self, name: &str) -> ModelCapabilities {
+    pub fn capabilities_for(&self, name: &str) -> ModelCapabilities {
         self.capabilities
             .unwrap_or_else(|| ModelCapabilities::anthropic(name))
     }
@@ -157,7 +157,7 @@ impl AnthropicModel {
     /// the budget, or a `tool_choice` that forces tool use while tools are offered.
     pub fn request_body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
         let name = request.options.model.as_deref().unwrap_or(&self.model);
-        let caps = self.capabilities(name);
+        let caps = self.capabilities_for(name);
         let (options, budget) =
             applicable(&request.options, name, caps, !request.tools.is_empty())?;
         let o = &options;
@@ -290,6 +290,12 @@ impl Model for AnthropicModel {
 
     fn provider(&self) -> &str {
         "anthropic"
+    }
+
+    /// The capabilities of the configured model ([`capabilities_for`](Self::capabilities_for)
+    /// its name).
+    fn capabilities(&self) -> ModelCapabilities {
+        self.capabilities_for(&self.model)
     }
 
     fn stream(&self, request: ModelRequest) -> ModelStream {

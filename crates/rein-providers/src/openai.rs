@@ -127,7 +127,7 @@ impl OpenAiChatModel {
 
     /// The capabilities that apply to a call of model `name` (the builder's, else the
     /// table's).
-    pub fn capabilities(&self, name: &str) -> ModelCapabilities {
+    pub fn capabilities_for(&self, name: &str) -> ModelCapabilities {
         self.capabilities
             .unwrap_or_else(|| ModelCapabilities::openai(name))
     }
@@ -140,7 +140,7 @@ impl OpenAiChatModel {
     /// reasoning model is asked for a level it does not have.
     pub fn request_body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
         let name = request.options.model.as_deref().unwrap_or(&self.model);
-        let caps = self.capabilities(name);
+        let caps = self.capabilities_for(name);
         let options = applicable(&request.options, name, caps)?;
         let o = &options;
         let mut body = body_start(o, &self.model);
@@ -287,6 +287,12 @@ impl Model for OpenAiChatModel {
 
     fn provider(&self) -> &str {
         "openai"
+    }
+
+    /// The capabilities of the configured model ([`capabilities_for`](Self::capabilities_for)
+    /// its name).
+    fn capabilities(&self) -> ModelCapabilities {
+        self.capabilities_for(&self.model)
     }
 
     fn stream(&self, request: ModelRequest) -> ModelStream {

@@ -115,7 +115,7 @@ pub mod model {
     pub use rein_providers::{AnthropicModel, AnthropicModelBuilder};
     #[cfg(any(feature = "openai", feature = "anthropic"))]
     #[cfg_attr(docsrs, doc(cfg(any(feature = "openai", feature = "anthropic"))))]
-    pub use rein_providers::{HttpConfig, ModelCapabilities, RetryPolicy, capabilities, transport};
+    pub use rein_providers::{HttpConfig, RetryPolicy, transport};
     #[cfg(feature = "openai")]
     #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
     pub use rein_providers::{OpenAiChatModel, OpenAiChatModelBuilder};
@@ -162,7 +162,7 @@ pub mod bench_support {
 pub use model::{AnthropicModel, AnthropicModelBuilder};
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "openai", feature = "anthropic"))))]
-pub use model::{HttpConfig, ModelCapabilities, RetryPolicy};
+pub use model::{HttpConfig, RetryPolicy};
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub use model::{OpenAiChatModel, OpenAiChatModelBuilder};

@@ -205,6 +205,7 @@ fn build(
         .name("root")
         .model(model::FuzzModel::new(Arc::clone(case), Arc::clone(obs)))
         .without_global_hooks()
+        .delegation_style(DelegationStyle::Spawn)
         .toolkit(model::toolkit(case.content, obs))
         .session_store(Arc::clone(store))
         .max_iters(6)
@@ -641,6 +642,7 @@ async fn stream_with_busy_child(release: StreamRelease, words: usize) -> Vec<Age
     let agent = Agent::builder()
         .model(model)
         .without_global_hooks()
+        .delegation_style(DelegationStyle::Spawn)
         .stream_release(release)
         .subagent(
             SubagentDeclaration::builder("c")

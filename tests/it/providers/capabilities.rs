@@ -104,7 +104,7 @@ fn the_capabilities_follow_the_per_call_model_and_the_builder_overrides_the_tabl
     assert_eq!(body["reasoning_effort"], "high");
     assert!(body.get("temperature").is_none(), "{body}");
     assert_eq!(
-        m.capabilities("anything"),
+        m.capabilities_for("anything"),
         ModelCapabilities::PERMISSIVE.sampling(false)
     );
 }

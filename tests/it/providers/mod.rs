@@ -14,8 +14,11 @@ mod hostile;
 mod mock;
 #[cfg(feature = "openai")]
 mod openai;
+mod output_modes;
 #[cfg(feature = "openai")]
 mod real_model;
+#[cfg(feature = "openai")]
+mod real_model_natural;
 mod streaming;
 mod structured_output;
 #[cfg(any(feature = "openai", feature = "anthropic"))]

@@ -37,12 +37,12 @@ const DEGREES: &str = "31";
 const PHONE: &str = "13812345678";
 
 /// The server serves one request at a time: the tests take turns.
-static SERVER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(super) static SERVER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The server's base URL ([`needs_env`]: a visible `SKIPPED` line when the variable is
 /// unset or blank, a failure under `CI=true`, where CI starts the server).
 #[track_caller]
-fn server() -> Option<String> {
+pub(super) fn server() -> Option<String> {
     needs_env(
         ENV,
         "a real model server",
@@ -52,7 +52,7 @@ fn server() -> Option<String> {
     )
 }
 
-fn model(url: &str) -> OpenAiChatModel {
+pub(super) fn model(url: &str) -> OpenAiChatModel {
     OpenAiChatModel::builder()
         .base_url(url)
         .model("local")
@@ -71,7 +71,7 @@ fn model(url: &str) -> OpenAiChatModel {
         .unwrap()
 }
 
-fn options() -> GenerateOptions {
+pub(super) fn options() -> GenerateOptions {
     GenerateOptions {
         temperature: Some(0.0),
         seed: Some(42),
@@ -81,7 +81,7 @@ fn options() -> GenerateOptions {
 }
 
 /// An agent on the real model: temperature 0, no global hooks.
-fn agent(url: &str) -> AgentBuilder {
+pub(super) fn agent(url: &str) -> AgentBuilder {
     Agent::builder()
         .model(model(url))
         .generate_options(options())
@@ -90,7 +90,7 @@ fn agent(url: &str) -> AgentBuilder {
 }
 
 /// `get_weather(city)`: 31 °C and sunny anywhere; logs `"get_weather:{city}"`.
-fn weather_tool(log: &Log) -> FunctionTool {
+pub(super) fn weather_tool(log: &Log) -> FunctionTool {
     let log = log.clone();
     FunctionTool::new(
         "get_weather",
@@ -120,12 +120,12 @@ fn weather_tool(log: &Log) -> FunctionTool {
 /// an empty turn, and answers from the results after the nudge. Prompts tried on the 1.5B
 /// model: "Always call the get_weather tool to look up the weather" got the call described
 /// in prose; "Call get_weather once" got the call and then the answer.
-const WEATHER_PROMPT: &str = "You are a weather assistant. Call get_weather once, then answer \
+pub(super) const WEATHER_PROMPT: &str = "You are a weather assistant. Call get_weather once, then answer \
                               in one sentence using its result.";
 
 /// Runs `scenario` up to [`ATTEMPTS`] times (one at a time on the server) until it
 /// returns `Ok`; fails with every attempt's reason.
-async fn attempts<F, Fut>(name: &str, mut scenario: F)
+pub(super) async fn attempts<F, Fut>(name: &str, mut scenario: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), String>>,
@@ -149,11 +149,11 @@ where
 }
 
 /// `Err(message)` unless `cond`.
-fn check(cond: bool, message: impl FnOnce() -> String) -> Result<(), String> {
+pub(super) fn check(cond: bool, message: impl FnOnce() -> String) -> Result<(), String> {
     if cond { Ok(()) } else { Err(message()) }
 }
 
-fn calls(log: &Log, tool: &str) -> Vec<String> {
+pub(super) fn calls(log: &Log, tool: &str) -> Vec<String> {
     log.entries()
         .into_iter()
         .filter(|e| e.starts_with(&format!("{tool}:")))
@@ -394,6 +394,7 @@ async fn a_real_parent_delegates_through_agent_spawn_and_the_childs_tool_call_pa
         let rec = record.clone();
         let agent = agent(&url)
             .name("dispatcher")
+            .delegation_style(DelegationStyle::Spawn)
             .max_iters(4)
             // With get_weather in view (the child can only use the parent's tools) and a
             // plain weather question, the 1.5B model called get_weather, then described
@@ -461,11 +462,12 @@ struct Weather {
     temperature_celsius: f64,
 }
 
-/// Structured output on the real server: `response_format: json_schema`, which this
-/// llama-server build turns into a grammar. Without tools: the build aborts on a request
-/// that carries both `tools` and a JSON-schema `response_format` ("Content path must be a
-/// string"), so the tool loop with a typed answer is covered offline only
-/// (`structured_output::every_request_of_a_typed_call_carries_the_format…`).
+/// Structured output on the real server without tools: `response_format: json_schema`
+/// (the `Native` mode `Auto` picks without tools), which this llama-server build turns
+/// into a grammar. With tools the build aborts on a request that carries both `tools` and
+/// a JSON-schema `response_format` ("Content path must be a string"): `Auto` uses the
+/// final-answer tool there
+/// (`real_model_natural::a_real_typed_call_answers_after_a_tool_call_and_the_server_stays_up`).
 #[tokio::test]
 async fn a_real_model_answers_a_typed_call_with_a_value_that_fits_the_schema() {
     let Some(url) = server() else { return };

@@ -117,7 +117,8 @@ async fn a_type_whose_json_is_not_an_object_is_refused_before_any_model_call() {
 }
 
 #[tokio::test]
-async fn every_request_of_a_typed_call_carries_the_format_and_a_plain_call_after_it_none() {
+async fn in_native_mode_every_request_of_a_typed_call_carries_the_format_and_a_plain_call_after_it_none()
+ {
     let lookup = FunctionTool::new(
         "lookup",
         "Looks an order up.",
@@ -135,6 +136,7 @@ async fn every_request_of_a_typed_call_carries_the_format_and_a_plain_call_after
         .name("triage")
         .model(model.clone())
         .toolkit(tools)
+        .output_mode(OutputMode::Native)
         .build()
         .unwrap();
     let ctx = RunContext::new();

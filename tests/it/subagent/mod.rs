@@ -6,4 +6,5 @@ mod declarations;
 mod hardening;
 mod properties;
 mod small_models;
+mod tool_per_subagent;
 mod workspaces;

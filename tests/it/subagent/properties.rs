@@ -287,6 +287,7 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
         })
         .name("root")
         .without_global_hooks()
+        .delegation_style(DelegationStyle::Spawn)
         .toolkit(tools.copy())
         .workspace(ws.path())
         .hook(Probe {

@@ -192,9 +192,15 @@ pub fn toolkit_with(tools: Vec<FunctionTool>) -> Toolkit {
     t
 }
 
-/// A builder without global hooks, so tests never see each other's state.
+/// A builder without global hooks, so tests never see each other's state. Delegation
+/// is offered as `agent_spawn` ([`DelegationStyle::Spawn`]): the scripted delegation
+/// calls of the tests name it (the default style is tested in
+/// `subagent::tool_per_subagent`).
 pub fn builder(model: &ScriptedModel) -> AgentBuilder {
-    Agent::builder().model(model.clone()).without_global_hooks()
+    Agent::builder()
+        .model(model.clone())
+        .without_global_hooks()
+        .delegation_style(DelegationStyle::Spawn)
 }
 
 pub fn session(key: &str) -> RunContext {

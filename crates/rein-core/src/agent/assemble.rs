@@ -155,7 +155,19 @@ impl<S> AgentBuilder<S> {
                         ),
                     ));
                 }
+                // Tools held for subagents join what children inherit and what the
+                // bound counts as this agent's, but not this agent's own toolkit.
+                let held = c.subagent_tools.filtered(|name| bound.permits(name));
+                let mut base_tools = base_tools;
+                for name in held.names() {
+                    if let Some(tool) = held.get(&name) {
+                        base_tools
+                            .register(tool)
+                            .map_err(|e| BuildError::tool(&format!("subagent tool `{name}`"), e))?;
+                    }
+                }
                 let mut callable: HashSet<String> = toolkit.names().into_iter().collect();
+                callable.extend(held.names());
                 callable.insert(SPAWN_TOOL.to_owned());
                 let inherited = chain
                     .entries()
@@ -174,10 +186,13 @@ impl<S> AgentBuilder<S> {
                         None => c.workspace.clone(),
                     },
                 };
-                let (delegation, spawn) = prepared.install(template, child.is_none())?;
-                toolkit
-                    .register(spawn)
-                    .map_err(|e| BuildError::tool("the delegation tool", e))?;
+                let (delegation, tools) = prepared.install(template, child.is_none())?;
+                for tool in tools {
+                    let name = tool.name().to_owned();
+                    toolkit.register(tool).map_err(|e| {
+                        BuildError::tool(&format!("the delegation tool `{name}`"), e)
+                    })?;
+                }
                 Some(delegation)
             }
             _ => None,
@@ -228,6 +243,7 @@ impl<S> AgentBuilder<S> {
                 trail: c.trail,
                 record_content: c.record_content,
                 tool_labels: c.tool_labels,
+                output_mode: c.output_mode,
                 call_budget: c.call_budget,
                 session_budget: c.session_budget,
                 prices: c.prices,

@@ -195,6 +195,23 @@ impl<S> AgentBuilder<S> {
         self
     }
 
+    /// How structured-output calls ([`Agent::run_typed`](crate::Agent::run_typed)) ask
+    /// for their answer (default [`OutputMode::Auto`](super::OutputMode::Auto): chosen
+    /// per call from the model's capabilities and whether the agent offers tools).
+    pub fn output_mode(mut self, mode: super::OutputMode) -> Self {
+        self.config.output_mode = mode;
+        self
+    }
+
+    /// How delegation to subagents is offered to the model (default
+    /// [`DelegationStyle::ToolPerSubagent`](super::DelegationStyle::ToolPerSubagent):
+    /// an `ask_<id>` tool per subagent; [`DelegationStyle::Spawn`](super::DelegationStyle::Spawn)
+    /// is the one `agent_spawn` tool). Inherited by subagents that delegate.
+    pub fn delegation_style(mut self, style: super::DelegationStyle) -> Self {
+        self.config.delegation_style = style;
+        self
+    }
+
     /// Maximum consecutive `goto_reasoning` redos (default 3). One more fails the call
     /// with [`ErrorKind::GotoLimit`](crate::ErrorKind::GotoLimit).
     pub fn max_gotos(mut self, n: u32) -> Self {

@@ -15,7 +15,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::delegation::{DelegationPlan, HookToolFilter, ModelResolver};
+use super::OutputMode;
+use super::delegation::{DelegationPlan, DelegationStyle, HookToolFilter, ModelResolver};
 use super::leasing::Leasing;
 use super::{Limits, StreamRelease};
 use crate::hook::{HookRegistry, RegisteredHook};
@@ -67,6 +68,14 @@ pub(crate) struct AgentConfig {
     pub(crate) session_budget: Option<Budget>,
     /// What the models cost (for cost budgets).
     pub(crate) prices: Option<Arc<Prices>>,
+    /// Tools held for subagents only: never offered to this agent's model, granted to
+    /// a subagent whose allowlist names them.
+    pub(crate) subagent_tools: Toolkit,
+    /// How a structured-output call asks for its answer.
+    pub(crate) output_mode: OutputMode,
+    /// How delegation is offered to the model (inherited: a child that delegates
+    /// offers it the same way).
+    pub(crate) delegation_style: DelegationStyle,
 }
 
 impl Default for AgentConfig {
@@ -104,6 +113,9 @@ impl Default for AgentConfig {
             call_budget: None,
             session_budget: None,
             prices: None,
+            subagent_tools: Toolkit::new(),
+            output_mode: OutputMode::Auto,
+            delegation_style: DelegationStyle::default(),
         }
     }
 }
@@ -175,6 +187,10 @@ impl AgentConfig {
             call_budget: None,
             session_budget: None,
             prices: self.prices.clone(),
+            // A child gets the held tools through its parent's template, like any.
+            subagent_tools: Toolkit::new(),
+            output_mode: self.output_mode,
+            delegation_style: self.delegation_style,
         }
     }
 

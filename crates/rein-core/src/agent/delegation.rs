@@ -25,6 +25,36 @@ use crate::tool::{SharedTool, ToolSchema};
 /// [`AgentBuilder::model_resolver`](super::AgentBuilder::model_resolver).
 pub type ModelResolver = Arc<dyn Fn(&str) -> Option<Arc<dyn Model>> + Send + Sync>;
 
+/// How an agent with subagents offers delegation to its model (default
+/// [`ToolPerSubagent`](Self::ToolPerSubagent)). Set with
+/// [`AgentBuilder::delegation_style`](super::AgentBuilder::delegation_style); inherited
+/// by subagents that delegate. Either way a delegation is one tool call: it passes the
+/// same admission, `PreActing` hooks, effect journal, depth bound and audit, and the
+/// child is built the same way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DelegationStyle {
+    /// One tool, `agent_spawn {agent_id, task, timeout_seconds?}`
+    /// ([`SPAWN_TOOL`](crate::subagent::SPAWN_TOOL)), whose description lists the
+    /// subagents known at each step (so subagents added to a workspace later are
+    /// offered at once).
+    Spawn,
+    /// One tool per subagent known at `build()`, named `ask_<id>` (the id with every
+    /// character other than ASCII letters and digits turned into `_`, e.g.
+    /// `ask_weather_agent`), described by the declaration's description, with one
+    /// `task` argument (and the optional `timeout_seconds`). Small models call a
+    /// specific, self-describing tool far more readily than a generic one (OpenAI's
+    /// handoffs `transfer_to_<agent>` work the same way). An agent whose subagents
+    /// come from a workspace folder (files may appear while it runs) also keeps
+    /// `agent_spawn`, whose listing includes the subagents declared after `build()`.
+    ///
+    /// The default: on the real local model of the test servers (Qwen2.5-Coder-1.5B), a
+    /// coordinator told only to "delegate weather questions" delegated 4 of 6 natural
+    /// questions through `ask_weather` and 1 of 6 through `agent_spawn`.
+    #[default]
+    ToolPerSubagent,
+}
+
 /// A predicate over hook-contributed tool names.
 pub(crate) type HookToolFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
@@ -88,12 +118,14 @@ pub(crate) trait DelegationPlan: fmt::Debug + Send + Sync + 'static {
     fn as_any(&self) -> &dyn Any;
 }
 
-/// An installed delegation: the loop's side and the delegation tool.
-pub(crate) type Installed = (Arc<dyn Delegating>, SharedTool);
+/// An installed delegation: the loop's side and the delegation tools (`agent_spawn`, or
+/// one per subagent).
+pub(crate) type Installed = (Arc<dyn Delegating>, Vec<SharedTool>);
 
 /// A prepared delegation, installed once the agent's template is known.
 pub(crate) trait PreparedDelegation {
-    /// The agent's delegation and its delegation tool; `validate` checks every known
+    /// The agent's delegation and its delegation tools (in `template.config`'s
+    /// [`DelegationStyle`]); `validate` checks every known
     /// declaration against the template (top-level agents).
     ///
     /// # Errors

@@ -80,11 +80,11 @@ mod typed;
 
 pub use builder::{AgentBuilder, McpPending, Ready};
 pub(crate) use config::{AgentConfig, Narrowing};
-pub use delegation::ModelResolver;
 pub(crate) use delegation::{
     ChildBinding, Delegating, DelegationPlan, HookToolFilter, Installed, PreparedDelegation,
     Template,
 };
+pub use delegation::{DelegationStyle, ModelResolver};
 
 pub use crate::context::{AgentInfo, Extensions, RunContext, StopReason};
 pub use acting::MAX_PRE_ACTING_PASSES;
@@ -99,7 +99,7 @@ pub use crate::store::{
     SessionStore, StoreError, StoreErrorKind, StoredSession,
 };
 pub use stream::{AgentEvent, AgentStream, StreamRelease};
-pub use typed::{OUTPUT_REASKS, TypedOutcome};
+pub use typed::{OUTPUT_REASKS, OUTPUT_TOOL, OutputMode, TypedOutcome};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -229,6 +229,8 @@ pub(crate) struct AgentInner {
     pub(crate) session_budget: Option<crate::budget::Budget>,
     /// Model prices ([`AgentBuilder::prices`]).
     pub(crate) prices: Option<Arc<crate::budget::Prices>>,
+    /// How structured-output calls ask for their answer ([`AgentBuilder::output_mode`]).
+    pub(crate) output_mode: OutputMode,
 }
 
 /// A built agent. Cheap to clone (clones share sessions); `Send + Sync`.

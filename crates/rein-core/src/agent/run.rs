@@ -9,6 +9,7 @@ use super::fire::fire;
 use super::memory::CallMemory;
 use super::model_turn::Phase;
 use super::stream::AgentEvent;
+use super::typed::{Output, OutputMode};
 use super::{AgentInner, CallOutcome, RunContext, StopReason};
 use crate::error::Error;
 use crate::hook::{Decision, TrailMode};
@@ -17,7 +18,7 @@ use crate::hook::{
     PreReasoningEvent,
 };
 use crate::message::{ContentBlock, Msg, Role, ToolUse};
-use crate::model::{GenerateOptions, Messages, ModelRequest, ResponseFormat, Usage};
+use crate::model::{GenerateOptions, Messages, ModelRequest, Usage};
 use crate::store::SessionKey;
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -66,10 +67,9 @@ pub(super) struct Call<'a> {
     /// and the re-ask after an empty turn ([`EMPTY_NUDGE`]): sent after the conversation
     /// until a turn is accepted, never stored.
     retracted: Vec<Msg>,
-    /// The call's structured-output format ([`Agent::call_typed`](crate::Agent::call_typed)),
-    /// put into every reasoning and summary request's options before `PreReasoning` /
-    /// `PreSummary`.
-    format: Option<&'a ResponseFormat>,
+    /// The call's structured output ([`Agent::run_typed`](crate::Agent::run_typed)): its
+    /// format and how it is asked for (see [`OutputMode`](super::OutputMode)).
+    pub(super) output: Option<Output<'a>>,
     /// The budgets the call draws from ([`crate::budget`]); `None` without any.
     pub(super) ledgers: Option<super::budgets::Ledgers>,
     /// The budget that refused the next spending, for the stop that follows.
@@ -83,7 +83,7 @@ impl AgentInner {
         input: Vec<Msg>,
         ctx: RunContext,
         sink: Option<Sink>,
-        format: Option<&ResponseFormat>,
+        output: Option<Output<'_>>,
     ) -> Result<CallOutcome, Error> {
         // Held until the call ends (or its future is dropped).
         let (ctx, _active) = ctx.begin_run();
@@ -115,7 +115,7 @@ impl AgentInner {
         }
         // Boxed once: the loop's state machine is several KB, and every future that
         // wraps it (`call_with`, `run`, the caller's own) would copy all of it when moved.
-        let result = Box::pin(self.run_call_in_span(input, ctx, sink, format))
+        let result = Box::pin(self.run_call_in_span(input, ctx, sink, output))
             .instrument(span.clone())
             .await;
         match &result {
@@ -151,7 +151,7 @@ impl AgentInner {
         input: Vec<Msg>,
         ctx: RunContext,
         sink: Option<Sink>,
-        format: Option<&ResponseFormat>,
+        output: Option<Output<'_>>,
     ) -> Result<CallOutcome, Error> {
         // A subagent records when its delegating call does (its decisions reach it).
         let mode = TrailMode::decide(
@@ -194,7 +194,7 @@ impl AgentInner {
             model_calls: 0,
             trail: Mutex::new(Vec::new()),
             retracted: Vec::new(),
-            format,
+            output,
             ledgers,
             exhausted: None,
         };
@@ -386,6 +386,13 @@ impl Call<'_> {
                 self.system = super::assemble::system_message(system_prompt.map(|p| p.to_string()));
             }
         }
+        if let Some(text) = self.output.and_then(|o| o.instruction()) {
+            let prompt = match &self.system {
+                Some(system) => format!("{}\n\n{text}", system.text()),
+                None => text,
+            };
+            self.system = Some(Arc::new(Msg::system(prompt)));
+        }
         if let Some(i) = input.iter().position(|m| m.role == Role::System) {
             return Err(Error::invalid_input(format!(
                 "call input message {i} has the System role; set the system prompt instead \
@@ -469,6 +476,10 @@ impl Call<'_> {
                 continue;
             }
             gotos = 0;
+            if let Some(answer) = self.output.and_then(|o| o.take_answer(&mut msg)) {
+                memory.push(answer.clone());
+                return self.finish(answer, StopReason::Final).await;
+            }
             let uses: Vec<ToolUse> = msg.tool_uses().into_iter().cloned().collect();
             if uses.is_empty() {
                 if msg.has_visible_text() {
@@ -520,12 +531,14 @@ impl Call<'_> {
         Some(self.finish(msg, reason).await)
     }
 
-    /// The options a reasoning or summary request starts from: the agent's, with the
-    /// call's structured-output format, if any.
-    pub(super) fn request_options(&self) -> GenerateOptions {
+    /// The options a reasoning (or, `summary`, the summary) request starts from: the
+    /// agent's, with the call's structured-output format where it is sent natively.
+    pub(super) fn request_options(&self, summary: bool) -> GenerateOptions {
         let mut options = self.agent.options.clone();
-        if let Some(format) = self.format {
-            options.response_format = Some(format.clone());
+        if let Some(output) = self.output
+            && (output.mode == OutputMode::Native || (summary && output.native_summary))
+        {
+            options.response_format = Some(output.format.clone());
         }
         options
     }
@@ -539,7 +552,7 @@ impl Call<'_> {
         let agent = self.agent;
         let mut messages =
             Messages::from_parts(self.system.clone(), memory.shared(), self.retracted.clone());
-        let mut options = self.request_options();
+        let mut options = self.request_options(false);
         if self.wants(EventKind::PreReasoning) {
             let (changed, changed_options) = fire!(self, PreReasoning(PreReasoningEvent {
                 meta: self.meta.clone(),
@@ -553,10 +566,13 @@ impl Call<'_> {
         }
         // Shared with the agent (one refcount), unless the delegation tool lists the
         // subagents known now.
-        let tools = match &agent.delegation {
+        let mut tools = match &agent.delegation {
             Some(d) => d.schemas(&agent.tool_schemas).into(),
             None => Arc::clone(&agent.tool_schemas),
         };
+        if let Some(tool) = self.output.and_then(|o| o.tool) {
+            tools = tools.iter().cloned().chain([tool.clone()]).collect();
+        }
         let request = ModelRequest {
             messages,
             tools,
@@ -609,7 +625,7 @@ impl Call<'_> {
     ) -> Result<CallOutcome, Error> {
         // A typed call decodes the answer the loop accepted; PostCall hooks change only
         // the text copies (the reply, the stream, the logs).
-        let answer = self.format.map(|_| Box::new(reply.clone()));
+        let answer = self.output.map(|_| Box::new(reply.clone()));
         let mut reply = reply;
         if self.wants(EventKind::PostCall) {
             reply = fire!(self, PostCall(PostCallEvent {

@@ -82,7 +82,7 @@ impl Call<'_> {
             memory.shared(),
             vec![Msg::user(SUMMARY_INSTRUCTION).synthetic()],
         );
-        let mut options = self.request_options();
+        let mut options = self.request_options(true);
         if self.wants(EventKind::PreSummary) {
             let (changed, changed_options) = fire!(self, PreSummary(PreSummaryEvent {
                 meta: self.meta.clone(),

@@ -18,10 +18,12 @@
 //! shared `transport` (timeouts, retries, typed errors).
 
 pub mod accumulate;
+pub mod capabilities;
 mod format;
 mod messages;
 mod scripted;
 
+pub use capabilities::ModelCapabilities;
 pub use format::ResponseFormat;
 pub use messages::Messages;
 pub use scripted::{ScriptedModel, ScriptedTurn};
@@ -55,6 +57,15 @@ pub trait Model: Send + Sync + 'static {
         "unknown"
     }
 
+    /// What this model accepts (see [`ModelCapabilities`]); the agent reads it once per
+    /// structured-output call to choose how the answer is asked for
+    /// ([`OutputMode::Auto`](crate::agent::OutputMode::Auto)). Defaults to
+    /// [`ModelCapabilities::PERMISSIVE`]; the HTTP providers report their table's entry
+    /// for their model (or what their builder was given).
+    fn capabilities(&self) -> ModelCapabilities {
+        ModelCapabilities::PERMISSIVE
+    }
+
     /// Starts one model call.
     fn stream(&self, request: ModelRequest) -> ModelStream;
 }
@@ -65,6 +76,9 @@ impl<M: Model + ?Sized> Model for std::sync::Arc<M> {
     }
     fn provider(&self) -> &str {
         (**self).provider()
+    }
+    fn capabilities(&self) -> ModelCapabilities {
+        (**self).capabilities()
     }
     fn stream(&self, request: ModelRequest) -> ModelStream {
         (**self).stream(request)

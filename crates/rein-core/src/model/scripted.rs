@@ -8,7 +8,8 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use super::{
-    FinishReason, Model, ModelChunk, ModelError, ModelErrorKind, ModelRequest, ModelStream, Usage,
+    FinishReason, Model, ModelCapabilities, ModelChunk, ModelError, ModelErrorKind, ModelRequest,
+    ModelStream, Usage,
 };
 
 /// Longest piece (in chars) a scripted text or argument string is streamed in.
@@ -205,6 +206,7 @@ struct Script {
 #[derive(Clone, Debug)]
 pub struct ScriptedModel {
     name: Arc<str>,
+    capabilities: ModelCapabilities,
     script: Arc<Mutex<Script>>,
 }
 
@@ -214,6 +216,7 @@ impl ScriptedModel {
         let turns: VecDeque<ScriptedTurn> = turns.into_iter().collect();
         Self {
             name: Arc::from("scripted"),
+            capabilities: ModelCapabilities::PERMISSIVE,
             script: Arc::new(Mutex::new(Script {
                 total: turns.len(),
                 turns,
@@ -227,6 +230,15 @@ impl ScriptedModel {
     #[must_use]
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = Arc::from(name.into());
+        self
+    }
+
+    /// Sets the capabilities the model reports (default
+    /// [`ModelCapabilities::PERMISSIVE`]), e.g. to test how a structured-output call
+    /// asks a server that takes a response format together with tools.
+    #[must_use]
+    pub fn with_capabilities(mut self, capabilities: ModelCapabilities) -> Self {
+        self.capabilities = capabilities;
         self
     }
 
@@ -263,6 +275,10 @@ impl Model for ScriptedModel {
 
     fn provider(&self) -> &str {
         "scripted"
+    }
+
+    fn capabilities(&self) -> ModelCapabilities {
+        self.capabilities
     }
 
     fn stream(&self, request: ModelRequest) -> ModelStream {

@@ -16,15 +16,16 @@ use super::spec::{
     read_agents_md, root_stamp,
 };
 use super::{GENERAL_PURPOSE, SPAWN_TOOL, SubagentDeclaration, SubagentFactory};
+use crate::agent::DelegationStyle;
 use crate::agent::{
     Agent, AgentBuilder, AgentEvent, CallOutcome, ChildBinding, Narrowing, PENDING_CALLS_KEY,
     SessionKey, StopReason, Template,
 };
-use crate::error::BuildError;
+use crate::error::{BuildError, BuildErrorKind};
 use crate::message::Msg;
 use crate::model::GenerateOptions;
 use crate::tool::policy::check_allowlist;
-use crate::tool::{EffectClass, Tool, ToolContext, ToolError, ToolSchema, expects};
+use crate::tool::{EffectClass, SharedTool, Tool, ToolContext, ToolError, ToolSchema, expects};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// Where a subagent comes from.
@@ -89,6 +90,11 @@ impl Delegation {
             children: Mutex::new(HashMap::new()),
             suspended: Mutex::default(),
         }
+    }
+
+    /// How this agent offers delegation (its config's, inherited by its children).
+    pub(crate) fn style(&self) -> DelegationStyle {
+        self.template.config.delegation_style
     }
 
     /// Remembers a suspended delegation call.
@@ -405,136 +411,155 @@ impl SpawnTool {
     }
 
     async fn spawn(&self, input: Value, ctx: ToolContext) -> Result<String, ToolError> {
-        let id = input["agent_id"].as_str().unwrap_or_default().to_owned();
-        let task = input["task"].as_str().unwrap_or_default().to_owned();
-        if task.trim().is_empty() {
-            return Err(ToolError::new(format!(
-                "`task` must not be empty. {}",
-                self.delegation.expects()
-            )));
-        }
-        let timeout = input
-            .get("timeout_seconds")
-            .and_then(Value::as_u64)
-            .map(Duration::from_secs);
-        let child = self.delegation.child(&id)?;
-        let parent = ctx.run();
-        let session = child_session(&id, parent.session_id());
-        // The caller's context values (e.g. approval decisions) reach the subagent;
-        // the parent run's own state does not.
-        let mut child_ctx = parent.child_context(&session);
-        // While this call records decisions, the subagent's reach it as they are made.
-        if let Some(sink) = &ctx.decisions {
-            child_ctx.forward_decisions_to(sink.clone());
-        }
-        // A call suspended on the subagent's waiting calls resumes the subagent.
-        // Recorded in this process, or in the session's journal (by any replica).
-        let resumes = self.delegation.resumes(ctx.tool_use_id());
-        let input = if resumes || ctx.resume_child {
-            Vec::new()
-        } else {
-            vec![Msg::user(task)]
-        };
-        let path = format!("{}/{id}", self.delegation.template.path);
-        let run = async {
-            match ctx
-                .events
-                .as_ref()
-                .and_then(|s| s.get::<UnboundedSender<AgentEvent>>())
-            {
-                None => child.run_internal(input, child_ctx, None).await,
-                Some(parent_tx) => {
-                    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-                    let forward = async {
-                        while let Some(event) = rx.recv().await {
-                            let event = match event {
-                                nested @ AgentEvent::Subagent { .. } => nested,
-                                other => AgentEvent::Subagent {
-                                    path: path.clone(),
-                                    event: Box::new(other),
-                                },
-                            };
-                            let _ = parent_tx.send(event);
-                        }
-                    };
-                    let (result, ()) =
-                        tokio::join!(child.run_internal(input, child_ctx, Some(tx)), forward);
-                    result
-                }
-            }
-        };
-        let result = match timeout {
-            None => run.await,
-            Some(limit) => match tokio::time::timeout(limit, run).await {
-                Ok(r) => r,
-                Err(_) => {
-                    return Err(ToolError::new(format!(
-                        "status: timeout\nagent_id: {id}\nsubagent `{id}` did not finish within {}s and was cancelled",
-                        limit.as_secs()
-                    )));
-                }
-            },
-        };
-        match result {
-            Ok(outcome) => {
-                if let Some(waiting) = self.waiting_calls(&outcome)
-                    && ctx.suspend(waiting)
-                {
-                    self.delegation.suspend(ctx.tool_use_id());
-                    return Ok(format!(
-                        "status: waiting\nagent_id: {id}\nsession_id: {session}\n\nwaiting for a decision"
-                    ));
-                }
-                let status = match outcome.reason {
-                    StopReason::Final => "completed",
-                    StopReason::MaxIterations => "max_iterations",
-                    StopReason::BudgetExhausted => "budget_exhausted",
-                    _ => "stopped",
-                };
-                Ok(format!(
-                    "status: {status}\nagent_id: {id}\nsession_id: {session}\n\n{}",
-                    outcome.reply.text()
-                ))
-            }
-            Err(e) => Err(ToolError::new(format!(
-                "status: failed\nagent_id: {id}\nsubagent `{id}` failed: {e}"
-            ))),
-        }
+        let id = input["agent_id"].as_str().unwrap_or_default();
+        let delegation = &self.delegation;
+        delegate(delegation, id, &input, ctx, || delegation.expects()).await
     }
 }
 
-impl SpawnTool {
-    /// The calls a subagent stopped on (waiting for a human), with their agent path
-    /// extended by this agent's name; `None` when it did not stop for that.
-    fn waiting_calls(&self, outcome: &CallOutcome) -> Option<Vec<Value>> {
-        if !matches!(
-            outcome.reason,
-            StopReason::ReasoningStopped | StopReason::SubagentStopped | StopReason::OutcomeUnknown
-        ) {
-            return None;
-        }
-        let Some(Value::Array(entries)) = outcome.reply.metadata.get(PENDING_CALLS_KEY) else {
-            return None;
-        };
-        if entries.is_empty() {
-            return None;
-        }
-        let me = &self.delegation.template.info.name;
-        Some(
-            entries
-                .iter()
-                .map(|e| {
-                    let mut e = e.clone();
-                    if let Some(obj) = e.as_object_mut() {
-                        let below = obj.get("agent").and_then(Value::as_str).unwrap_or("");
-                        let path = format!("{me}/{below}");
-                        obj.insert("agent".to_owned(), Value::String(path));
-                    }
-                    e
-                })
-                .collect(),
-        )
+/// The argument `task` and the optional `timeout_seconds` of a delegation call.
+fn task_of(input: &Value) -> (String, Option<Duration>) {
+    let task = input["task"].as_str().unwrap_or_default().to_owned();
+    let timeout = input
+        .get("timeout_seconds")
+        .and_then(Value::as_u64)
+        .map(Duration::from_secs);
+    (task, timeout)
+}
+
+/// One delegation: the task sent to the subagent `id` (built or reused), its events
+/// forwarded to a streaming caller, its result (or its waiting calls) as the tool's
+/// result. The one body behind `agent_spawn` and every `ask_<id>` tool; `expects` is
+/// what the calling tool accepts, for its error results.
+async fn delegate(
+    delegation: &Delegation,
+    id: &str,
+    input: &Value,
+    ctx: ToolContext,
+    expects: impl Fn() -> String,
+) -> Result<String, ToolError> {
+    let (task, timeout) = task_of(input);
+    if task.trim().is_empty() {
+        return Err(ToolError::new(format!(
+            "`task` must not be empty. {}",
+            expects()
+        )));
     }
+    let child = delegation.child(id)?;
+    let parent = ctx.run();
+    let session = child_session(id, parent.session_id());
+    // The caller's context values (e.g. approval decisions) reach the subagent;
+    // the parent run's own state does not.
+    let mut child_ctx = parent.child_context(&session);
+    // While this call records decisions, the subagent's reach it as they are made.
+    if let Some(sink) = &ctx.decisions {
+        child_ctx.forward_decisions_to(sink.clone());
+    }
+    // A call suspended on the subagent's waiting calls resumes the subagent.
+    // Recorded in this process, or in the session's journal (by any replica).
+    let resumes = delegation.resumes(ctx.tool_use_id());
+    let input = if resumes || ctx.resume_child {
+        Vec::new()
+    } else {
+        vec![Msg::user(task)]
+    };
+    let path = format!("{}/{id}", delegation.template.path);
+    let run = async {
+        match ctx
+            .events
+            .as_ref()
+            .and_then(|s| s.get::<UnboundedSender<AgentEvent>>())
+        {
+            None => child.run_internal(input, child_ctx, None).await,
+            Some(parent_tx) => {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                let forward = async {
+                    while let Some(event) = rx.recv().await {
+                        let event = match event {
+                            nested @ AgentEvent::Subagent { .. } => nested,
+                            other => AgentEvent::Subagent {
+                                path: path.clone(),
+                                event: Box::new(other),
+                            },
+                        };
+                        let _ = parent_tx.send(event);
+                    }
+                };
+                let (result, ()) =
+                    tokio::join!(child.run_internal(input, child_ctx, Some(tx)), forward);
+                result
+            }
+        }
+    };
+    let result = match timeout {
+        None => run.await,
+        Some(limit) => match tokio::time::timeout(limit, run).await {
+            Ok(r) => r,
+            Err(_) => {
+                return Err(ToolError::new(format!(
+                    "status: timeout\nagent_id: {id}\nsubagent `{id}` did not finish within {}s and was cancelled",
+                    limit.as_secs()
+                )));
+            }
+        },
+    };
+    match result {
+        Ok(outcome) => {
+            if let Some(waiting) = waiting_calls(delegation, &outcome)
+                && ctx.suspend(waiting)
+            {
+                delegation.suspend(ctx.tool_use_id());
+                return Ok(format!(
+                    "status: waiting\nagent_id: {id}\nsession_id: {session}\n\nwaiting for a decision"
+                ));
+            }
+            let status = match outcome.reason {
+                StopReason::Final => "completed",
+                StopReason::MaxIterations => "max_iterations",
+                StopReason::BudgetExhausted => "budget_exhausted",
+                _ => "stopped",
+            };
+            Ok(format!(
+                "status: {status}\nagent_id: {id}\nsession_id: {session}\n\n{}",
+                outcome.reply.text()
+            ))
+        }
+        Err(e) => Err(ToolError::new(format!(
+            "status: failed\nagent_id: {id}\nsubagent `{id}` failed: {e}"
+        ))),
+    }
+}
+
+/// The calls a subagent stopped on (waiting for a human), with their agent path
+/// extended by this agent's name; `None` when it did not stop for that.
+fn waiting_calls(delegation: &Delegation, outcome: &CallOutcome) -> Option<Vec<Value>> {
+    if !matches!(
+        outcome.reason,
+        StopReason::ReasoningStopped | StopReason::SubagentStopped | StopReason::OutcomeUnknown
+    ) {
+        return None;
+    }
+    let Some(Value::Array(entries)) = outcome.reply.metadata.get(PENDING_CALLS_KEY) else {
+        return None;
+    };
+    if entries.is_empty() {
+        return None;
+    }
+    let me = &delegation.template.info.name;
+    Some(
+        entries
+            .iter()
+            .map(|e| {
+                let mut e = e.clone();
+                if let Some(obj) = e.as_object_mut() {
+                    let below = obj.get("agent").and_then(Value::as_str).unwrap_or("");
+                    let path = format!("{me}/{below}");
+                    obj.insert("agent".to_owned(), Value::String(path));
+                }
+                e
+            })
+            .collect(),
+    )
 }
 
 impl Tool for SpawnTool {
@@ -560,5 +585,110 @@ impl Tool for SpawnTool {
 
     async fn call(&self, input: Value, ctx: ToolContext) -> Result<String, ToolError> {
         self.spawn(input, ctx).await
+    }
+}
+
+/// The tool name of the subagent `id` in [`DelegationStyle::ToolPerSubagent`]:
+/// `ask_<id>` with every character other than ASCII letters and digits as `_`.
+pub(crate) fn ask_tool_name(id: &str) -> String {
+    let safe: String = id
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("ask_{safe}")
+}
+
+/// The longest tool name the chat APIs accept.
+const MAX_TOOL_NAME: usize = 64;
+
+/// One subagent offered as its own tool ([`DelegationStyle::ToolPerSubagent`]).
+pub(crate) struct AskTool {
+    delegation: Arc<Delegation>,
+    id: String,
+    name: String,
+    description: String,
+}
+
+impl AskTool {
+    /// The tools for every subagent known now, in the registry's order.
+    ///
+    /// # Errors
+    /// Two subagent ids with the same tool name, or a tool name longer than the chat
+    /// APIs accept.
+    pub(crate) fn for_all(delegation: &Arc<Delegation>) -> Result<Vec<SharedTool>, BuildError> {
+        delegation.registry.refresh();
+        let mut tools = Vec::new();
+        let mut names: HashMap<String, String> = HashMap::new();
+        for (id, description) in delegation.registry.listing() {
+            let name = ask_tool_name(&id);
+            if name.len() > MAX_TOOL_NAME {
+                return Err(BuildError::new(
+                    BuildErrorKind::Tool,
+                    format!(
+                        "subagent `{id}`: its tool name `{name}` is longer than \
+                         {MAX_TOOL_NAME} characters; shorten the id or use DelegationStyle::Spawn"
+                    ),
+                ));
+            }
+            if let Some(other) = names.insert(name.clone(), id.clone()) {
+                return Err(BuildError::new(
+                    BuildErrorKind::Tool,
+                    format!(
+                        "subagents `{other}` and `{id}` both get the tool name `{name}`; \
+                         rename one or use DelegationStyle::Spawn"
+                    ),
+                ));
+            }
+            let description = format!(
+                "Ask the subagent `{id}` to do a task and wait for its reply. {description} \
+                 Give `task`: everything it needs to know (it does not see this \
+                 conversation)."
+            );
+            tools.push(SharedTool::new(AskTool {
+                delegation: Arc::clone(delegation),
+                id,
+                name,
+                description,
+            }));
+        }
+        Ok(tools)
+    }
+}
+
+/// The declared arguments of an `ask_<id>` tool (unknown properties ignored, as for
+/// `agent_spawn`).
+fn ask_parameters() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "task": {"type": "string", "description": "The task, self-contained."},
+            "timeout_seconds": {"type": "integer", "minimum": 1, "maximum": 3600,
+                                "description": "Cancel the subagent after this many seconds."}
+        },
+        "required": ["task"]
+    })
+}
+
+impl Tool for AskTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> Value {
+        ask_parameters()
+    }
+
+    /// Journaled like `agent_spawn` (see [`SpawnTool`]'s effect class).
+    fn effect_class(&self) -> EffectClass {
+        EffectClass::AtMostOnce
+    }
+
+    async fn call(&self, input: Value, ctx: ToolContext) -> Result<String, ToolError> {
+        let expects = || expects(&self.name, &ask_parameters());
+        delegate(&self.delegation, &self.id, &input, ctx, expects).await
     }
 }

@@ -1,8 +1,12 @@
 //! Declared subagents: delegation that cannot open a hole in governance.
 //!
-//! An agent with subagents offers its model the delegation tool [`SPAWN_TOOL`]
+//! An agent with subagents offers its model delegation in its [`DelegationStyle`]: by
+//! default one tool per subagent (`ask_<id> {"task", "timeout_seconds"?}`, described by
+//! the declaration), or the one delegation tool [`SPAWN_TOOL`]
 //! (`agent_spawn {"agent_id", "task", "timeout_seconds"?}`), whose description lists the
-//! available subagents. A subagent is declared
+//! available subagents. Either way a delegation is one tool call under the same hooks,
+//! bounds and journal. Tools held with `AgentBuilder::subagent_tools` are granted to
+//! subagents without being offered to the delegating model. A subagent is declared
 //! - in code, with [`SubagentDeclaration`] (`AgentBuilder::subagent`),
 //! - by a custom [`SubagentFactory`] (`AgentBuilder::subagent_factory`),
 //! - in a workspace file `<workspace>/subagents/<id>.md` (`AgentBuilder::workspace`),
@@ -97,7 +101,7 @@ pub const SPAWN_TOOL: &str = crate::tool::policy::DELEGATION_TOOL;
 /// The built-in general-purpose subagent's id.
 pub const GENERAL_PURPOSE: &str = "general-purpose";
 
-pub use crate::agent::ModelResolver;
+pub use crate::agent::{DelegationStyle, ModelResolver};
 
 /// How a subagent's workspace relates to its parent's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,9 +159,10 @@ impl SubagentWorkspace {
 ///     .steps(4)
 ///     .build()?;
 /// let model = ScriptedModel::new([
+///     // By default each subagent is a tool of its own: `ask_<id>` with a `task`.
 ///     ScriptedTurn::tool_call(
-///         "agent_spawn",
-///         serde_json::json!({"agent_id": "log-analyst", "task": "why did payments fail?"}),
+///         "ask_log_analyst",
+///         serde_json::json!({"task": "why did payments fail?"}),
 ///     ),
 ///     ScriptedTurn::text("the bank timed out"),       // the subagent's answer
 ///     ScriptedTurn::text("Payments failed: bank timeout."), // the parent's reply
@@ -453,7 +458,7 @@ impl SubagentDeclarationBuilder {
 ///     .model(ScriptedModel::new([]))
 ///     .subagent_factory(Reader(decl))
 ///     .build()?;
-/// assert!(agent.tool_names().iter().any(|t| t == "agent_spawn"));
+/// assert!(agent.tool_names().iter().any(|t| t == "ask_reader"));
 /// # Ok(()) }
 /// ```
 pub trait SubagentFactory: Send + Sync + 'static {

@@ -6,14 +6,15 @@ use std::any::Any;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::delegate::{Delegation, SpawnTool};
+use super::delegate::{AskTool, Delegation, SpawnTool};
 use super::registry::Registry;
 use super::{SubagentDeclaration, SubagentFactory};
 use crate::agent::{
-    AgentBuilder, Delegating, DelegationPlan, Installed, PreparedDelegation, SessionKey, Template,
+    AgentBuilder, Delegating, DelegationPlan, DelegationStyle, Installed, PreparedDelegation,
+    SessionKey, Template,
 };
 use crate::error::BuildError;
-use crate::tool::{SharedTool, ToolSchema};
+use crate::tool::{SharedTool, ToolSchema, Toolkit};
 
 /// What a top-level builder declared: code declarations, factories, the general-purpose
 /// subagent (and, through the workspace, `subagents/*.md`).
@@ -125,8 +126,19 @@ impl PreparedDelegation for Prepared {
         if validate {
             delegation.validate()?;
         }
-        let spawn = SharedTool::new(SpawnTool::new(Arc::clone(&delegation)));
-        Ok((delegation, spawn))
+        let spawn = || SharedTool::new(SpawnTool::new(Arc::clone(&delegation)));
+        let tools = match delegation.style() {
+            DelegationStyle::ToolPerSubagent => {
+                let mut tools = AskTool::for_all(&delegation)?;
+                // Declarations that appear later are reached through `agent_spawn`.
+                if delegation.registry.dynamic() {
+                    tools.push(spawn());
+                }
+                tools
+            }
+            _ => vec![spawn()],
+        };
+        Ok((delegation, tools))
     }
 }
 
@@ -165,6 +177,18 @@ impl<S> AgentBuilder<S> {
     pub fn workspace(mut self, path: impl Into<PathBuf>) -> Self {
         self.config.workspace = Some(path.into());
         declare(&mut self, |_| {});
+        self
+    }
+
+    /// Tools held for subagents only: this agent's model is never offered them and
+    /// this agent cannot call them, but a subagent whose allowlist names one is granted
+    /// it (the bound counts them as this agent's tools: `tools.json` still applies, and
+    /// a name clashing with one of this agent's tools fails the build). For a
+    /// coordinator that should delegate instead of calling the tool itself: small
+    /// models call a tool they are offered rather than delegate to a subagent that has
+    /// it. Ignored when the agent has no subagents.
+    pub fn subagent_tools(mut self, tools: Toolkit) -> Self {
+        self.config.subagent_tools = tools;
         self
     }
 

@@ -165,6 +165,11 @@ impl Registry {
     /// Re-scans the declarations directory, re-parsing only files whose content changed
     /// (see the module docs). Broken files are reported with `tracing::error!` and kept
     /// as errors.
+    /// Whether declarations can appear while the agent runs (a workspace folder).
+    pub(crate) fn dynamic(&self) -> bool {
+        self.dir.is_some()
+    }
+
     pub(crate) fn refresh(&self) {
         let Some(dir) = &self.dir else { return };
         let current = match read_dir(dir) {

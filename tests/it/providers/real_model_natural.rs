@@ -1,0 +1,193 @@
+//! Natural requests on the real model (llama-server + Qwen2.5-Coder-1.5B, see
+//! `real_model`): a coordinator delegates a weather question nobody told it how to
+//! delegate, and a typed answer follows a tool call without taking the server down.
+//!
+//! `measure_delegation_styles_on_the_real_model` (ignored: several minutes) is the
+//! measurement behind the default [`DelegationStyle`]:
+//! `scripts/test --test it measure_delegation_styles -- --ignored --nocapture`.
+
+use rein::*;
+use serde_json::json;
+
+use super::real_model::{WEATHER_PROMPT, agent, attempts, calls, check, server, weather_tool};
+use crate::support::*;
+
+/// The coordinator's prompt: it is told to delegate weather questions, never which tool
+/// to call.
+const COORDINATOR_PROMPT: &str = "You are a travel assistant. Weather questions are answered \
+     by your weather subagent: delegate them to it, then answer the user in one sentence from \
+     its reply.";
+
+/// The tool a parent delegates to the `weather` subagent with, in `style`.
+fn delegation_tool(style: DelegationStyle) -> &'static str {
+    match style {
+        DelegationStyle::ToolPerSubagent => "ask_weather",
+        _ => SPAWN_TOOL,
+    }
+}
+
+/// A coordinator with a `weather` subagent in `style`. `get_weather` is held for the
+/// subagent only ([`AgentBuilder::subagent_tools`]): the coordinator's model is offered
+/// the delegation tool and nothing else. A hook, inherited by the child, records every
+/// call as `"<depth>:<tool>"`.
+fn coordinator(url: &str, log: &Log, record: &Log, style: DelegationStyle) -> Agent {
+    let rec = record.clone();
+    agent(url)
+        .name("coordinator")
+        .max_iters(4)
+        .sys_prompt(COORDINATOR_PROMPT)
+        .delegation_style(style)
+        .subagent_tools(toolkit_with(vec![weather_tool(log)]))
+        .subagent(
+            SubagentDeclaration::builder("weather")
+                .description("Looks up the current weather of a city.")
+                .sys_prompt(WEATHER_PROMPT)
+                .tools(["get_weather"])
+                .build()
+                .unwrap(),
+        )
+        .hook(
+            FnHook::new("record", move |event| {
+                if let HookEvent::PreActing(e) = event {
+                    rec.push(format!("{}:{}", event_depth(e), e.tool_use().name));
+                }
+                Ok(())
+            })
+            .on(EventKind::PreActing),
+        )
+        .build()
+        .unwrap()
+}
+
+fn event_depth(e: &PreActingEvent) -> u32 {
+    e.agent().depth
+}
+
+/// One natural weather question to a coordinator: `Ok` when the parent delegated, the
+/// child's `get_weather` passed the inherited hook and ran.
+async fn delegates(url: &str, style: DelegationStyle, question: &str) -> Result<(), String> {
+    let log = Log::default();
+    let record = Log::default();
+    let reply = coordinator(url, &log, &record, style)
+        .call(Msg::user(question))
+        .await
+        .map_err(|e| format!("the call failed: {e}"))?;
+    let seen = record.entries();
+    let tool = delegation_tool(style);
+    check(seen.contains(&format!("0:{tool}")), || {
+        format!(
+            "the parent never delegated: {seen:?} (reply {:?})",
+            reply.text()
+        )
+    })?;
+    check(seen.iter().any(|s| s == "1:get_weather"), || {
+        format!("the child's tool call did not pass the inherited hook: {seen:?}")
+    })?;
+    check(!calls(&log, "get_weather").is_empty(), || {
+        format!("the child's tool never ran: {:?}", log.entries())
+    })
+}
+
+#[tokio::test]
+async fn a_real_coordinator_delegates_a_natural_weather_question_and_the_childs_tool_call_passes_inherited_hooks()
+ {
+    let Some(url) = server() else { return };
+    attempts("natural delegation", || {
+        delegates(
+            &url,
+            DelegationStyle::default(),
+            "What is the weather in Paris right now?",
+        )
+    })
+    .await;
+}
+
+/// The answer of the typed test.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+struct Weather {
+    /// The city the question is about.
+    city: String,
+    /// The temperature in degrees Celsius the tool reported.
+    temperature_celsius: f64,
+}
+
+#[tokio::test]
+async fn a_real_typed_call_answers_after_a_tool_call_and_the_server_stays_up() {
+    let Some(url) = server() else { return };
+    attempts("typed answer after a tool call", || async {
+        let log = Log::default();
+        let agent = agent(&url)
+            .sys_prompt(
+                "You are a weather assistant. Call get_weather once, then give the final answer.",
+            )
+            .toolkit(toolkit_with(vec![weather_tool(&log)]))
+            .build()
+            .unwrap();
+        let ctx = RunContext::new();
+        let typed = agent
+            .run_typed::<Weather>(
+                vec![Msg::user(
+                    "What is the weather in Paris? Give the city and the temperature.",
+                )],
+                ctx.clone(),
+            )
+            .await
+            .map_err(|e| format!("the typed call failed: {e}"))?;
+        check(!calls(&log, "get_weather").is_empty(), || {
+            format!("the tool never ran before the answer: {:?}", typed.value)
+        })?;
+        check(typed.value.city.to_lowercase().contains("paris"), || {
+            format!("city: {:?}", typed.value)
+        })?;
+        check((typed.value.temperature_celsius - 31.0).abs() < 0.5, || {
+            format!("the temperature is not the tool's: {:?}", typed.value)
+        })?;
+        // The server is still up: a plain call on the same session answers.
+        let reply = agent
+            .call_with(vec![Msg::user("Thanks! Reply with one word.")], ctx)
+            .await
+            .map_err(|e| format!("the server did not answer after the typed call: {e}"))?;
+        check(reply.has_visible_text(), || {
+            format!("empty reply {reply:?}")
+        })
+    })
+    .await;
+}
+
+/// The natural questions of the measurement (none names a tool or a subagent).
+const QUESTIONS: [&str; 6] = [
+    "What is the weather in Paris right now?",
+    "Is it sunny in Madrid today?",
+    "How warm is it in Berlin at the moment?",
+    "I fly to Rome tomorrow. What's the weather like there now?",
+    "weather in Tokyo?",
+    "Should I take an umbrella in London today?",
+];
+
+#[tokio::test]
+#[ignore = "a measurement of several minutes on the real model; run with --ignored --nocapture"]
+async fn measure_delegation_styles_on_the_real_model() {
+    let Some(url) = server() else { return };
+    let _turn = super::real_model::SERVER.lock().await;
+    let mut table = Vec::new();
+    for style in [DelegationStyle::Spawn, DelegationStyle::ToolPerSubagent] {
+        let mut passed = 0;
+        for question in QUESTIONS {
+            let started = std::time::Instant::now();
+            let result = delegates(&url, style, question).await;
+            eprintln!(
+                "{style:?} {question:?}: {} in {:.1}s",
+                match &result {
+                    Ok(()) => "delegated".to_owned(),
+                    Err(why) => why.clone(),
+                },
+                started.elapsed().as_secs_f64()
+            );
+            passed += usize::from(result.is_ok());
+        }
+        table.push(
+            json!({"style": format!("{style:?}"), "delegated": passed, "of": QUESTIONS.len()}),
+        );
+    }
+    eprintln!("delegation styles on the real model: {}", json!(table));
+}
