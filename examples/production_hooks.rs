@@ -1,5 +1,14 @@
 //! Run with: cargo run --example production_hooks
 //!
+//! On a real model (what the model says and calls is then its own; the hooks hold
+//! whatever it does):
+//!
+//! ```sh
+//! OPENAI_API_KEY=sk-... cargo run --features openai --example production_hooks
+//! scripts/real-model start && eval "$(scripts/real-model env)" && \
+//!     cargo run --all-features --example production_hooks
+//! ```
+//!
 //! The seed article's customer-service scenario, offline on a ScriptedModel, with the
 //! production hooks of `rein::hooks` configured from one JSON document:
 //!
@@ -24,6 +33,8 @@ use rein::hooks::{
 };
 use rein::*;
 use serde_json::json;
+
+mod common;
 
 /// Prints what the model said and what actually ran, after the governance hooks.
 #[derive(Default)]
@@ -116,6 +127,7 @@ fn refund_tool() -> FunctionTool {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
+    let real = common::real_model()?;
     let audit_path = std::env::temp_dir().join("rein-production-hooks-audit.jsonl");
     // A fresh file for this run (absent on the first run).
     let _ = std::fs::remove_file(&audit_path);
@@ -143,7 +155,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     };
     let hooks = config.build_with(HookServices::new().approver(approver))?;
 
-    let model = ScriptedModel::new([
+    let script = ScriptedModel::new([
         ScriptedTurn::text("已为您退款 500 元，请注意查收。"),
         ScriptedTurn::tool_call(
             "submitRefund",
@@ -157,6 +169,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
             "好的，回访电话 13800138000 已记录，邮箱 zhang.san@example.com 也已登记。",
         ),
     ]);
+    let model: Arc<dyn Model> = real.unwrap_or_else(|| Arc::new(script));
     let mut tools = Toolkit::new();
     tools.register(refund_tool())?;
     let agent = hooks
@@ -164,7 +177,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
             Agent::builder()
                 .name("CustomerService")
                 .sys_prompt("涉及资金的退款只生成待人工确认工单，绝不承诺已直接打款。")
-                .model(model.clone())
+                .model(model)
                 .toolkit(tools)
                 .generate_options(GenerateOptions {
                     temperature: Some(0.3),
@@ -242,7 +255,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
 
     if let Some(latency) = hooks.latency() {
         println!(
-            "\nlatency (ScriptedModel, so small):\n{}",
+            "\nlatency:\n{}",
             latency.snapshot()
         );
     }
