@@ -254,10 +254,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     }
 
     if let Some(latency) = hooks.latency() {
-        println!(
-            "\nlatency:\n{}",
-            latency.snapshot()
-        );
+        println!("\nlatency:\n{}", latency.snapshot());
     }
     Ok(())
 }

@@ -455,11 +455,11 @@ async fn a_real_parent_delegates_through_agent_spawn_and_the_childs_tool_call_pa
 
 /// The answer of the structured-output test.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-struct Weather {
+pub(super) struct Weather {
     /// The city the question is about.
-    city: String,
+    pub(super) city: String,
     /// The temperature in degrees Celsius the tool reported.
-    temperature_celsius: f64,
+    pub(super) temperature_celsius: f64,
 }
 
 /// Structured output on the real server without tools: `response_format: json_schema`

@@ -9,7 +9,9 @@
 use rein::*;
 use serde_json::json;
 
-use super::real_model::{WEATHER_PROMPT, agent, attempts, calls, check, server, weather_tool};
+use super::real_model::{
+    WEATHER_PROMPT, Weather, agent, attempts, calls, check, server, weather_tool,
+};
 use crate::support::*;
 
 /// The coordinator's prompt: it is told to delegate weather questions, never which tool
@@ -100,15 +102,6 @@ async fn a_real_coordinator_delegates_a_natural_weather_question_and_the_childs_
         )
     })
     .await;
-}
-
-/// The answer of the typed test.
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-struct Weather {
-    /// The city the question is about.
-    city: String,
-    /// The temperature in degrees Celsius the tool reported.
-    temperature_celsius: f64,
 }
 
 #[tokio::test]

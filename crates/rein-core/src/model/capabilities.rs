@@ -180,7 +180,7 @@ impl ModelCapabilities {
     /// llama.cpp's `llama-server` (OpenAI-compatible, started with `--jinja` for tool
     /// calling): tools, and a native response format without tools. Not both on one
     /// request: the server aborts ("Content path must be a string") once a tool
-    /// result is in the conversation (measured with Qwen2.5-Coder-1.5B, three runs of
+    /// result is in the conversation (reported with Qwen2.5-Coder-1.5B: three runs of
     /// three).
     pub const fn llama_cpp() -> Self {
         Self::local_server()
@@ -200,17 +200,10 @@ impl ModelCapabilities {
         Self::local_server()
     }
 
-    /// What the local OpenAI-compatible servers share (see [`llama_cpp`](Self::llama_cpp)).
+    /// What the local OpenAI-compatible servers share: [`PERMISSIVE`](Self::PERMISSIVE)
+    /// (every option as given, tools and a native format, not both on one request).
     const fn local_server() -> Self {
-        Self {
-            reasoning: true,
-            sampling: true,
-            max_completion_tokens: false,
-            known: false,
-            tools: true,
-            native_output: true,
-            native_output_with_tools: false,
-        }
+        Self::PERMISSIVE
     }
 }
 
