@@ -1,6 +1,7 @@
 //! Model providers: the OpenAI and Anthropic wire formats against a mock HTTP server
 //! (`mock`), capabilities, transport (retries, timeouts), hostile providers, structured
-//! output, streaming, and a real model server when one is running.
+//! output, streaming, recorded runs replayed offline (`replay`), and a real model
+//! server when one is running.
 
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod agent;
@@ -16,6 +17,7 @@ mod mock;
 mod openai;
 #[cfg(feature = "openai")]
 mod real_model;
+mod replay;
 mod streaming;
 mod structured_output;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
