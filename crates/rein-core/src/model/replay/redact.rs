@@ -259,13 +259,24 @@ mod tests {
     fn invalid_and_overlapping_spans_are_ignored_or_merged() {
         let r = |_: &str| {
             vec![
-                Redaction::new(4..2, "x"),
+                Redaction::new(Range { start: 4, end: 2 }, "x"),
                 Redaction::new(0..99, "x"),
                 Redaction::new(2..5, "[a]"),
                 Redaction::new(0..3, "[b]"),
             ]
         };
         assert_eq!(redact_text(&r, "abcdefg"), "[b]fg");
+    }
+
+    #[test]
+    fn a_chain_applies_every_redactor_and_merges_their_spans() {
+        let words = |text: &str| match text.find("secret") {
+            Some(i) => vec![Redaction::new(i..i + 6, "[s]")],
+            None => Vec::new(),
+        };
+        let chain: Vec<Arc<dyn Redactor>> = vec![Arc::new(digits), Arc::new(words)];
+        assert_eq!(redact_text(&chain, "secret 12345 ok"), "[s] [n] ok");
+        assert_eq!(chain.name(), "chain");
     }
 
     #[test]
