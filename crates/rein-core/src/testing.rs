@@ -40,6 +40,14 @@
 //! assert_eq!(e.context().user_id(), Some("alice"));
 //! # Ok(()) }
 //! ```
+//!
+//! [`DecisionTrail`] keeps a run's decisions as a fixture (`rein-trail/1`, next to a
+//! recording of [`crate::model::replay`]) and compares a replayed run's decisions with
+//! it, with a line diff on mismatch.
+
+mod trail;
+
+pub use trail::{DecisionTrail, TRAIL_FORMAT, TrailEntry, TrailMismatch};
 
 use std::sync::Arc;
 

@@ -68,6 +68,7 @@ mod dynamic_options;
 mod latency;
 mod masking;
 mod phrases;
+mod redactor;
 mod self_correction;
 mod template_leak;
 mod tool_guard;
@@ -93,6 +94,7 @@ pub use latency::{
 };
 // The masker is the `rein-pii` crate; its types are part of this configuration surface.
 pub use masking::{MaskedStream, MaskingConfig, MaskingHook, OnError, SubagentBoundary};
+pub use redactor::{PiiRedactor, SECRET_PATTERNS};
 #[doc(no_inline)]
 pub use rein_pii::{
     DEFAULT_REPLACEMENT, MaskStyle, MaskerBuilder, MaskerConfig, MaskerError, NamedPattern,

@@ -107,6 +107,20 @@ pub use rein_core::*;
 /// real providers of `rein-providers`. See [`rein_core::model`].
 pub mod model {
     pub use rein_core::model::*;
+
+    /// Recording real model runs and replaying them offline: [`RecordingModel`]
+    /// (`replay::RecordingModel`), [`ReplayModel`](replay::ReplayModel), the fixture
+    /// format, and [`PiiRedactor`](replay::PiiRedactor), the `rein-pii` masker plus
+    /// secret patterns as the redactor of what a recording writes. See
+    /// [`rein_core::model::replay`] for the format and what a replay compares; the
+    /// decision trail a replay is checked against is
+    /// [`testing::DecisionTrail`](crate::testing::DecisionTrail).
+    ///
+    /// [`RecordingModel`]: replay::RecordingModel
+    pub mod replay {
+        pub use rein_core::model::replay::*;
+        pub use rein_hooks::{PiiRedactor, SECRET_PATTERNS};
+    }
     #[cfg(all(feature = "openai", feature = "anthropic"))]
     #[doc(hidden)]
     pub use rein_providers::sse_probe;

@@ -1,6 +1,7 @@
 //! Model providers: the OpenAI and Anthropic wire formats against a mock HTTP server
 //! (`mock`), capabilities, transport (retries, timeouts), hostile providers, structured
-//! output, streaming, and a real model server when one is running.
+//! output, streaming, recorded runs replayed offline (`replay`), and a real model
+//! server when one is running.
 
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod agent;
@@ -19,6 +20,7 @@ mod output_modes;
 mod real_model;
 #[cfg(feature = "openai")]
 mod real_model_natural;
+mod replay;
 mod streaming;
 mod structured_output;
 #[cfg(any(feature = "openai", feature = "anthropic"))]

@@ -495,3 +495,61 @@ async fn a_real_model_answers_a_typed_call_with_a_value_that_fits_the_schema() {
     })
     .await;
 }
+
+/// Record and replay (`rein::model::replay`): the refund scenario recorded on the real
+/// model replays at once, offline, with the same decision trail — and the recording holds
+/// neither the customer's card number nor their e-mail address. The committed fixture of
+/// the same scenario is replayed by `replay::the_recorded_refund_run_replays_offline…`.
+#[tokio::test]
+async fn a_real_run_recorded_and_replayed_at_once_has_the_same_decision_trail() {
+    use rein::model::replay::{PiiRedactor, RecordingModel, ReplayModel};
+    use rein::testing::DecisionTrail;
+
+    use crate::support::refund;
+
+    let Some(url) = server() else { return };
+    attempts("record and replay", || async {
+        let dir = TempDir::new("real-record");
+        let path = dir.path().join("refund.jsonl");
+        let recorder = Arc::new(
+            RecordingModel::create(model(&url), &path, PiiRedactor::default())
+                .map_err(|e| e.to_string())?,
+        );
+        let agent = refund::agent(Arc::clone(&recorder)).map_err(|e| e.to_string())?;
+        let (outcome, messages) = refund::run(&agent)
+            .await
+            .map_err(|e| format!("the recorded call failed: {e}"))?;
+        let recorded =
+            DecisionTrail::new(&outcome.decisions, &messages).redacted(&PiiRedactor::default());
+        check(
+            recorded
+                .entries()
+                .iter()
+                .any(|e| e.kind == "tool_input_rewritten"),
+            || format!("the model never asked for the refund the guard caps: {recorded:?}"),
+        )?;
+        let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+        check(
+            !text.contains("4111") && !text.contains(refund::EMAIL),
+            || format!("the recording is not redacted: {text}"),
+        )?;
+
+        let replay = ReplayModel::open(&path, PiiRedactor::default()).map_err(|e| e.to_string())?;
+        let agent = refund::agent(replay.clone()).map_err(|e| e.to_string())?;
+        let (outcome, messages) = refund::run(&agent)
+            .await
+            .map_err(|e| format!("the replay failed: {e}"))?;
+        let replayed =
+            DecisionTrail::new(&outcome.decisions, &messages).redacted(&PiiRedactor::default());
+        recorded
+            .compare(&replayed)
+            .map_err(|diff| diff.to_string())?;
+        check(replay.remaining() == 0, || {
+            format!(
+                "{} recorded exchange(s) never asked for",
+                replay.remaining()
+            )
+        })
+    })
+    .await;
+}

@@ -9,7 +9,9 @@
 //!   one (usually `#[ignore]`d) worker test, and killing children with SIGKILL;
 //! - [`subagents`], [`capture`], [`rng`], [`crash`], `mcp`: declarations and delegation
 //!   calls, captured tracing output, a tiny deterministic PRNG, what the crash tests'
-//!   workers write, the hostile MCP server.
+//!   workers write, the hostile MCP server;
+//! - [`refund`]: the refund scenario of the recorded real run (shared with
+//!   `examples/record_refund.rs`, which records it).
 //!
 //! Property tests keep proptest's default failure persistence (`SourceParallel`): the
 //! seeds of `tests/it/<group>/<file>.rs` are in `tests/proptest-regressions/<group>/
@@ -19,6 +21,7 @@ pub mod capture;
 pub mod crash;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+pub mod refund;
 pub mod rng;
 pub mod server;
 pub mod subagents;

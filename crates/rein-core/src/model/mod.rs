@@ -11,6 +11,8 @@
 //! changes on the effective options they are shown.
 //!
 //! [`ScriptedModel`] is the offline, deterministic model used by examples and tests.
+//! [`replay`] records a real model's run to a fixture file ([`replay::RecordingModel`])
+//! and serves it back offline ([`replay::ReplayModel`]).
 //!
 //! Real providers are behind cargo features and are used exactly like `ScriptedModel`:
 //! `OpenAiChatModel` (feature `openai`: OpenAI and OpenAI-compatible chat completions)
@@ -21,6 +23,7 @@ pub mod accumulate;
 pub mod capabilities;
 mod format;
 mod messages;
+pub mod replay;
 mod scripted;
 
 pub use capabilities::ModelCapabilities;
@@ -310,6 +313,10 @@ pub enum ModelErrorKind {
     Stream,
     /// A scripted model ran out of turns, or a scripted fault.
     Script,
+    /// A [`ReplayModel`](replay::ReplayModel) was asked a request that diverges from
+    /// its recording, or more requests than it recorded (the source is a
+    /// [`ReplayError`](replay::ReplayError)).
+    Replay,
     /// Anything else (transport errors, ...).
     Other,
 }
