@@ -243,6 +243,10 @@ impl<M: Model> Model for RecordingModel<M> {
         self.inner.provider()
     }
 
+    fn capabilities(&self) -> crate::model::ModelCapabilities {
+        self.inner.capabilities()
+    }
+
     fn stream(&self, request: ModelRequest) -> ModelStream {
         // The conversation part of a request is shared, so the copy is cheap.
         let copy = request.clone();

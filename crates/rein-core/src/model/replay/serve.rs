@@ -9,7 +9,9 @@ use serde_json::Value;
 use super::format::{FixtureError, RecordedRequest};
 use super::load::Recording;
 use super::redact::Redactor;
-use crate::model::{Model, ModelError, ModelErrorKind, ModelRequest, ModelStream};
+use crate::model::{
+    Model, ModelCapabilities, ModelError, ModelErrorKind, ModelRequest, ModelStream,
+};
 
 /// Longest excerpt (chars) of a differing value in a [`ReplayError::Diverged`].
 const EXCERPT_CHARS: usize = 160;
@@ -75,6 +77,7 @@ pub struct ReplayModel {
     redactor: Arc<dyn Redactor>,
     next: Arc<AtomicUsize>,
     compare_options: bool,
+    capabilities: ModelCapabilities,
 }
 
 impl std::fmt::Debug for ReplayModel {
@@ -108,6 +111,7 @@ impl ReplayModel {
             redactor: Arc::new(redactor),
             next: Arc::new(AtomicUsize::new(0)),
             compare_options: true,
+            capabilities: ModelCapabilities::PERMISSIVE,
         }
     }
 
@@ -117,6 +121,17 @@ impl ReplayModel {
     #[must_use]
     pub fn compare_options(mut self, on: bool) -> Self {
         self.compare_options = on;
+        self
+    }
+
+    /// Sets the capabilities the replay reports (default
+    /// [`ModelCapabilities::PERMISSIVE`]). Set those of the recorded model when they
+    /// choose how the agent asks (a structured-output call's
+    /// [`OutputMode::Auto`](crate::agent::OutputMode::Auto)): otherwise the replayed
+    /// requests may differ from the recorded ones.
+    #[must_use]
+    pub fn with_capabilities(mut self, capabilities: ModelCapabilities) -> Self {
+        self.capabilities = capabilities;
         self
     }
 
@@ -177,6 +192,10 @@ impl Model for ReplayModel {
 
     fn provider(&self) -> &str {
         &self.recording.provider
+    }
+
+    fn capabilities(&self) -> ModelCapabilities {
+        self.capabilities
     }
 
     fn stream(&self, request: ModelRequest) -> ModelStream {
