@@ -30,8 +30,8 @@ pub mod tool;
 mod util;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, Extensions, OutputMode,
-    RunContext, StopReason, StreamRelease, TypedOutcome,
+    Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, ContextPolicy,
+    Extensions, OutputMode, RunContext, StopReason, StreamRelease, TypedOutcome,
 };
 pub use budget::{Budget, BudgetExhausted, ModelPrice, Prices};
 pub use error::{BuildError, BuildErrorKind, Error, ErrorKind, HookFailureKind};

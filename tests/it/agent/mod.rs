@@ -7,6 +7,7 @@
 mod budget_properties;
 mod budgets;
 mod build;
+mod context_window;
 mod error_sources;
 mod faults;
 mod fuzz_inputs;

@@ -184,3 +184,128 @@ async fn measure_delegation_styles_on_the_real_model() {
     }
     eprintln!("delegation styles on the real model: {}", json!(table));
 }
+
+/// The window the agents are given: below the server's own 4,096 (`-c 4096`), so that
+/// each prompt stays quick on a 2-core machine and the server's own handling never
+/// applies. That handling is why a client-side window matters: given a 4,972-token
+/// prompt, this llama-server build silently kept its last 2,924 tokens (system prompt
+/// and tool schemas included in what it dropped) and answered.
+const WINDOW: u32 = 1024;
+
+/// A stored conversation of `turns` weather turns, each a question, a `get_weather`
+/// call, its result and an answer (30 turns are about 5,000 tokens).
+fn weather_history(turns: usize) -> Vec<Msg> {
+    let cities = ["Paris", "Madrid", "Berlin", "Rome", "Tokyo", "London"];
+    let mut out = Vec::new();
+    for i in 0..turns {
+        let city = cities[i % cities.len()];
+        let id = format!("call_{i}");
+        out.push(Msg::user(format!(
+            "Turn {i}: what is the weather in {city}? Please also tell me whether I need a \
+             coat, an umbrella or sunglasses, and what the wind is like today."
+        )));
+        out.push(Msg::new(
+            Role::Assistant,
+            vec![ContentBlock::ToolUse(ToolUse::new(
+                &id,
+                "get_weather",
+                json!({"city": city}),
+            ))],
+        ));
+        out.push(Msg::tool([ToolResult::new(
+            &id,
+            "get_weather",
+            json!({"city": city, "temperature_celsius": 10 + i, "conditions": "sunny",
+                   "wind": "light breeze from the south-west at 12 km/h", "humidity": 40,
+                   "forecast": "clear skies all day, no rain expected, UV index high"})
+            .to_string(),
+        )]));
+        out.push(Msg::assistant(format!(
+            "I looked {city} up with get_weather; the report is above."
+        )));
+    }
+    out
+}
+
+/// A weather agent with the window; every model call's input tokens, as the server
+/// counted them, go to `inputs`.
+fn windowed(url: &str, log: &Log, inputs: &Log, policy: ContextPolicy) -> Agent {
+    let inputs = inputs.clone();
+    agent(url)
+        .sys_prompt(WEATHER_PROMPT)
+        .toolkit(toolkit_with(vec![weather_tool(log)]))
+        .context_window(WINDOW)
+        .context_policy(policy)
+        .hook(
+            FnHook::new("usage", move |event| {
+                if let HookEvent::PostReasoning(e) = event {
+                    inputs.push(e.usage().input_tokens.to_string());
+                }
+                Ok(())
+            })
+            .on(EventKind::PostReasoning),
+        )
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_real_conversation_longer_than_the_window_goes_on_with_drop_oldest_and_fails_typed_without()
+ {
+    let Some(url) = server() else { return };
+    attempts("context window", || async {
+        let history = weather_history(30);
+        let log = Log::default();
+        let inputs = Log::default();
+        // Fail: the typed error, before anything is sent.
+        let fail = windowed(&url, &log, &inputs, ContextPolicy::Fail);
+        fail.set_messages(&key("fail"), history.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        let err = fail
+            .call_with(vec![Msg::user("And in Paris now?")], session("fail"))
+            .await;
+        check(
+            matches!(&err, Err(e) if e.kind() == ErrorKind::ContextWindow),
+            || format!("expected the context-window error: {err:?}"),
+        )?;
+        check(inputs.entries().is_empty(), || {
+            format!("a request was sent: {:?}", inputs.entries())
+        })?;
+        // DropOldest: three more real turns, each answered, every prompt within the
+        // window by the server's own count. (Whether the model calls the tool again is
+        // its own choice: after 30 stored turns the 1.5B model answers in their style.)
+        let drop = windowed(&url, &log, &inputs, ContextPolicy::DropOldest);
+        drop.set_messages(&key("drop"), history.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        for (n, city) in ["Paris", "Oslo", "Lima"].into_iter().enumerate() {
+            let reply = drop
+                .call_with(
+                    vec![Msg::user(format!(
+                        "What is the weather in {city} right now?"
+                    ))],
+                    session("drop"),
+                )
+                .await
+                .map_err(|e| format!("turn {n} failed: {e}"))?;
+            check(reply.has_visible_text(), || {
+                format!("turn {n}: no answer: {reply:?}")
+            })?;
+        }
+        let counted: Vec<u64> = inputs
+            .entries()
+            .iter()
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        check(
+            !counted.is_empty() && counted.iter().all(|&t| t > 0 && t <= u64::from(WINDOW)),
+            || format!("prompts outside the window by the server's count: {counted:?}"),
+        )?;
+        let stored = drop.messages(&key("drop")).await;
+        check(stored.len() >= history.len() + 3 * 2, || {
+            format!("the session lost turns: {} messages", stored.len())
+        })
+    })
+    .await;
+}

@@ -40,6 +40,10 @@ impl<S> AgentBuilder<S> {
                 format!("agent `{}` has no model: call AgentBuilder::model", c.name),
             ));
         };
+        let window = c
+            .context_window
+            .or_else(|| model.capabilities().context_window)
+            .map(|tokens| (tokens, c.context_policy));
 
         // The bound: workspace policy, and for a child its allowlist and its parent's
         // tools.
@@ -244,6 +248,7 @@ impl<S> AgentBuilder<S> {
                 record_content: c.record_content,
                 tool_labels: c.tool_labels,
                 output_mode: c.output_mode,
+                window,
                 call_budget: c.call_budget,
                 session_budget: c.session_budget,
                 prices: c.prices,
@@ -275,6 +280,12 @@ fn check_settings(c: &AgentConfig) -> Result<(), BuildError> {
     let invalid = |message: String| Err(BuildError::new(BuildErrorKind::InvalidConfig, message));
     if c.max_iters == 0 {
         return invalid("max_iters must be at least 1".to_owned());
+    }
+    if c.context_window == Some(0) {
+        return Err(BuildError::invalid_config(
+            "context_window",
+            "a context window of 0 tokens fits no request; set the model's window",
+        ));
     }
     for (value, what) in [
         (c.limits.max_tool_calls_per_turn, "max_tool_calls_per_turn"),

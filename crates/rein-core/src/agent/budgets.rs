@@ -259,7 +259,7 @@ impl Call<'_> {
 /// The bytes of text a request sends: every message's text, thinking, tool calls and
 /// results, and the tool schemas, counted without serializing (the check runs before
 /// every model call).
-fn request_bytes(request: &ModelRequest) -> usize {
+pub(super) fn request_bytes(request: &ModelRequest) -> usize {
     let messages: usize = request.messages.iter().map(message_bytes).sum();
     let tools: usize = request
         .tools
@@ -270,7 +270,7 @@ fn request_bytes(request: &ModelRequest) -> usize {
 }
 
 /// The bytes of text in `msg` (see [`request_bytes`]).
-fn message_bytes(msg: &Msg) -> usize {
+pub(super) fn message_bytes(msg: &Msg) -> usize {
     msg.content
         .iter()
         .map(|b| match b {

@@ -203,6 +203,23 @@ impl<S> AgentBuilder<S> {
         self
     }
 
+    /// The model's context window in tokens, for this agent (default: the model's
+    /// [`ModelCapabilities::context_window`](crate::ModelCapabilities::context_window),
+    /// usually unknown: no check). Every request is then checked against it before it
+    /// is sent; see [`ContextPolicy`](super::ContextPolicy). Inherited by subagents. A
+    /// window of 0 fails the build.
+    pub fn context_window(mut self, tokens: u32) -> Self {
+        self.config.context_window = Some(tokens);
+        self
+    }
+
+    /// What happens to a request over the context window (default
+    /// [`ContextPolicy::Fail`](super::ContextPolicy::Fail)). Inherited by subagents.
+    pub fn context_policy(mut self, policy: super::ContextPolicy) -> Self {
+        self.config.context_policy = policy;
+        self
+    }
+
     /// How delegation to subagents is offered to the model (default
     /// [`DelegationStyle::ToolPerSubagent`](super::DelegationStyle::ToolPerSubagent):
     /// an `ask_<id>` tool per subagent; [`DelegationStyle::Spawn`](super::DelegationStyle::Spawn)

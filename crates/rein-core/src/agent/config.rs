@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::OutputMode;
 use super::delegation::{DelegationPlan, DelegationStyle, HookToolFilter, ModelResolver};
 use super::leasing::Leasing;
+use super::{ContextPolicy, OutputMode};
 use super::{Limits, StreamRelease};
 use crate::hook::{HookRegistry, RegisteredHook};
 use crate::model::{GenerateOptions, Model};
@@ -71,6 +71,10 @@ pub(crate) struct AgentConfig {
     /// Tools held for subagents only: never offered to this agent's model, granted to
     /// a subagent whose allowlist names them.
     pub(crate) subagent_tools: Toolkit,
+    /// The context window set on the builder (else the model's capabilities').
+    pub(crate) context_window: Option<u32>,
+    /// What happens to a request over the window.
+    pub(crate) context_policy: ContextPolicy,
     /// How a structured-output call asks for its answer.
     pub(crate) output_mode: OutputMode,
     /// How delegation is offered to the model (inherited: a child that delegates
@@ -114,6 +118,8 @@ impl Default for AgentConfig {
             session_budget: None,
             prices: None,
             subagent_tools: Toolkit::new(),
+            context_window: None,
+            context_policy: ContextPolicy::Fail,
             output_mode: OutputMode::Auto,
             delegation_style: DelegationStyle::default(),
         }
@@ -189,6 +195,10 @@ impl AgentConfig {
             prices: self.prices.clone(),
             // A child gets the held tools through its parent's template, like any.
             subagent_tools: Toolkit::new(),
+            // A child with a model of its own gets that model's window unless one was
+            // set here.
+            context_window: self.context_window,
+            context_policy: self.context_policy,
             output_mode: self.output_mode,
             delegation_style: self.delegation_style,
         }

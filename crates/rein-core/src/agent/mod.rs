@@ -77,6 +77,7 @@ mod sessions;
 mod stream;
 mod summary;
 mod typed;
+mod window;
 
 pub use builder::{AgentBuilder, McpPending, Ready};
 pub(crate) use config::{AgentConfig, Narrowing};
@@ -100,6 +101,7 @@ pub use crate::store::{
 };
 pub use stream::{AgentEvent, AgentStream, StreamRelease};
 pub use typed::{OUTPUT_REASKS, OUTPUT_TOOL, OutputMode, TypedOutcome};
+pub use window::{ContextPolicy, PINNED_KEY, WINDOW_BYTES_PER_TOKEN};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -231,6 +233,8 @@ pub(crate) struct AgentInner {
     pub(crate) prices: Option<Arc<crate::budget::Prices>>,
     /// How structured-output calls ask for their answer ([`AgentBuilder::output_mode`]).
     pub(crate) output_mode: OutputMode,
+    /// The context window in tokens and what happens to a request over it.
+    pub(crate) window: Option<(u32, ContextPolicy)>,
 }
 
 /// A built agent. Cheap to clone (clones share sessions); `Send + Sync`.

@@ -573,11 +573,11 @@ impl Call<'_> {
         if let Some(tool) = self.output.and_then(|o| o.tool) {
             tools = tools.iter().cloned().chain([tool.clone()]).collect();
         }
-        let request = ModelRequest {
+        let request = self.fit_window(ModelRequest {
             messages,
             tools,
             options,
-        };
+        })?;
         if self.ledgers.is_none() {
             // Without budgets no state machine of the call holds the request.
             return self.stream_model(request, Phase::Reasoning).await.map(Some);

@@ -93,11 +93,11 @@ impl Call<'_> {
             messages = changed;
             options = *changed_options;
         }
-        let request = ModelRequest {
+        let request = self.fit_window(ModelRequest {
             messages,
             tools: Arc::default(),
             options,
-        };
+        })?;
         let summary = if self.ledgers.is_none() {
             Some(self.stream_model(request, Phase::Summary).await?)
         } else {

@@ -33,6 +33,11 @@ pub enum ErrorKind {
     /// hook's stop, a call waiting for a human), or the format could not be made from
     /// the type. The message says which, with the schema violation and its path.
     Output,
+    /// A model request would not fit the model's context window (see
+    /// [`ContextPolicy`](crate::agent::ContextPolicy)): with `Fail`, any request over
+    /// it; with `DropOldest`, one whose current turn alone is over it. Nothing was sent;
+    /// the message gives the estimate, the answer's reserve and the window.
+    ContextWindow,
 }
 
 /// How a hook failed.
@@ -152,6 +157,10 @@ impl Error {
     }
 
     /// No answer of the requested shape (see [`ErrorKind::Output`]).
+    pub(crate) fn context_window(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::ContextWindow, message.into())
+    }
+
     pub(crate) fn output(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Output, message.into())
     }

@@ -49,6 +49,14 @@ pub struct ModelCapabilities {
     /// and a structured-output call of an agent with tools then uses the final-answer
     /// tool instead (see [`OutputMode`](crate::agent::OutputMode)).
     pub native_output_with_tools: bool,
+    /// The model's context window in tokens (prompt and answer together), when known.
+    /// With a window, every request of an agent is checked against it before it is
+    /// sent, and the agent's [`ContextPolicy`](crate::agent::ContextPolicy) decides what
+    /// happens to one that would not fit. `None` (the default, and for every table
+    /// entry and preset: servers are started with windows of their own) means no check;
+    /// [`AgentBuilder::context_window`](crate::AgentBuilder::context_window) sets one
+    /// per agent.
+    pub context_window: Option<u32>,
 }
 
 impl ModelCapabilities {
@@ -64,6 +72,7 @@ impl ModelCapabilities {
         tools: true,
         native_output: true,
         native_output_with_tools: false,
+        context_window: None,
     };
 
     /// A chat model that does not reason and takes sampling parameters.
@@ -75,6 +84,7 @@ impl ModelCapabilities {
         tools: true,
         native_output: true,
         native_output_with_tools: true,
+        context_window: None,
     };
 
     /// The capabilities of an OpenAI model by name (case-insensitive; a
@@ -174,6 +184,12 @@ impl ModelCapabilities {
     /// Sets [`native_output_with_tools`](Self::native_output_with_tools).
     pub fn native_output_with_tools(mut self, yes: bool) -> Self {
         self.native_output_with_tools = yes;
+        self
+    }
+
+    /// Sets [`context_window`](Self::context_window) to `tokens`.
+    pub fn context_window(mut self, tokens: u32) -> Self {
+        self.context_window = Some(tokens);
         self
     }
 

@@ -40,6 +40,21 @@ impl Messages {
         }
     }
 
+    /// The same list with the conversation part replaced by `history` (the system
+    /// message and the tail kept): the window a request is cut to.
+    pub(crate) fn with_history(&self, history: Vec<Msg>) -> Self {
+        Self {
+            system: self.system.clone(),
+            history: Arc::new(history),
+            tail: self.tail.clone(),
+        }
+    }
+
+    /// The conversation part (without the system message and the tail).
+    pub(crate) fn history(&self) -> &[Msg] {
+        &self.history
+    }
+
     /// The messages in order.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Msg> + '_ {
         self.system
