@@ -276,7 +276,9 @@ impl<D: Decoder> Call<D> {
             if let Some(event) = body.parser.next_event() {
                 let event = event.map_err(|e| sse_failure(t, &e))?;
                 let before = self.pending.len();
-                return match self.decoder.decode(&event, &mut self.pending) {
+                let decoded = self.decoder.decode(&event, &mut self.pending);
+                body.parser.recycle(event);
+                return match decoded {
                     Ok(Flow::More) => {
                         if self.pending.len() > before {
                             body.progress = Instant::now();
