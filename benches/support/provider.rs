@@ -213,7 +213,7 @@ impl RawClient {
             while let Some(end) = find_blank_line(&buf[start..]) {
                 let event = &buf[start..start + end];
                 start += end + 2;
-                for line in event.split(|&b| b == b'\n') {
+                for line in lines(event) {
                     let Some(data) = line.strip_prefix(b"data: ") else {
                         continue;
                     };
@@ -259,8 +259,21 @@ impl RawClient {
     }
 }
 
+/// The lines of an event, split with `memchr` as rein's parser does.
+fn lines(mut event: &[u8]) -> impl Iterator<Item = &[u8]> {
+    std::iter::from_fn(move || {
+        if event.is_empty() {
+            return None;
+        }
+        let end = memchr::memchr(b'\n', event).unwrap_or(event.len());
+        let line = &event[..end];
+        event = event.get(end + 1..).unwrap_or(&[]);
+        Some(line)
+    })
+}
+
 fn find_blank_line(buf: &[u8]) -> Option<usize> {
-    buf.windows(2).position(|w| w == b"\n\n")
+    memchr::memmem::find(buf, b"\n\n")
 }
 
 #[derive(Deserialize)]
@@ -539,7 +552,7 @@ pub fn decode_only_ns(wire: Wire, rounds: usize, reps: usize) -> (f64, f64) {
         let t = Instant::now();
         for _ in 0..reps {
             for piece in &pieces {
-                for line in piece.split(|&b| b == b'\n') {
+                for line in lines(piece) {
                     if let Some(data) = line.strip_prefix(b"data: ")
                         && data != b"[DONE]"
                     {

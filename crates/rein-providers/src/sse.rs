@@ -9,8 +9,9 @@
 //! unfinished event at the end of the body is dropped.
 //!
 //! Each byte is looked at once: the parser scans only the bytes of the current read for
-//! a line end and keeps the unfinished line in a buffer it appends to, so a long line
-//! costs its length, not its length squared.
+//! a line end (with `memchr`, many bytes per step) and keeps the unfinished line in a
+//! buffer it appends to, so a long line costs its length, not its length squared; a
+//! line that ends in the read it started in is parsed in place.
 
 use std::collections::VecDeque;
 
@@ -133,13 +134,24 @@ impl SseParser {
                 bytes = &bytes[1..];
                 continue;
             }
-            let Some(end) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') else {
+            let Some(end) = memchr::memchr2(b'\n', b'\r', bytes) else {
                 self.extend_line(bytes)?;
                 break;
             };
-            self.extend_line(&bytes[..end])?;
+            let (line, rest) = (&bytes[..end], &bytes[end + 1..]);
             self.skip_lf = bytes[end] == b'\r';
-            bytes = &bytes[end + 1..];
+            bytes = rest;
+            if self.line.is_empty() {
+                // The whole line is in this read: parsed where it is, not copied.
+                if line.len() > self.max_line {
+                    return Err(SseError::LineTooLong {
+                        limit: self.max_line,
+                    });
+                }
+                self.line_done(line, out)?;
+                continue;
+            }
+            self.extend_line(line)?;
             let line = std::mem::take(&mut self.line);
             let done = self.line_done(&line, out);
             // Keep the allocation for the next line.
