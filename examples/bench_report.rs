@@ -32,13 +32,13 @@
 //!   `SyncHook` and `MaskingHook::mask_stream`, as (time of 1,000 chunks − time of 1
 //!   chunk) / 999.
 //!
-//! - **a million idle sessions** (only with `--million` or `REIN_BENCH_MILLION=1`: ~20 s
-//!   and ~1.3 GB): the sessions figures at 1,000,000 sessions, `session_bytes_1m=` and
+//! - **a million idle sessions** (only with `--million` or `REIN_BENCH_MILLION=1`: ~8 s
+//!   and ~0.9 GB): the sessions figures at 1,000,000 sessions, `session_bytes_1m=` and
 //!   `last_session_ratio_1m=`;
-//! - **the provider path** (`--provider` runs it alone; features `openai` and `anthropic`; otherwise
-//!   `ttft_over_raw=skipped`): rein's `OpenAiChatModel` and `AnthropicModel` through
-//!   `Model::stream` and through an agent call, against a raw `reqwest` client, on a
-//!   loopback server replaying recorded transcripts (`benches/support/provider.rs`):
+//! - **the provider path** (features `openai` and `anthropic`, otherwise
+//!   `ttft_over_raw=skipped`; `--provider` runs it alone): rein's `OpenAiChatModel`
+//!   and `AnthropicModel` through `Model::stream` and through an agent call, against a
+//!   raw `reqwest` client, on a loopback server replaying recorded transcripts (`benches/support/provider.rs`):
 //!   time to first token (`ttft_over_raw=`, the larger provider's ratio, and
 //!   `ttft_added_us=`), ns per chunk (`provider_chunk_ns=`, `raw_chunk_ns=`, …; the
 //!   key `chunk_ns=` stays the agent's per-chunk cost on the instant model, above) and
@@ -523,7 +523,7 @@ fn main() {
     let (w2a_wall, w2a_rss) = w2_in_child("agents");
     let (w2s_wall, w2s_rss) = w2_in_child("sessions");
     let [session_bytes, sessions_rss, first_us, last_us] = child(&["--sessions"]);
-    // A million idle sessions take ~20 s and ~1.3 GB: only when asked for.
+    // A million idle sessions take ~8 s and ~0.9 GB: only when asked for.
     let million = args.iter().any(|a| a == "--million")
         || std::env::var("REIN_BENCH_MILLION").is_ok_and(|v| v == "1");
     let [m_bytes, m_rss, m_first_us, m_last_us] = if million {

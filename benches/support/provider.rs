@@ -376,6 +376,10 @@ pub struct Figures {
     pub raw: [Side; 2],
     pub model: [Side; 2],
     pub agent: [Side; 2],
+    /// Requests the server answered, over how many connections (keep-alive works when
+    /// these are far apart).
+    pub requests: u64,
+    pub connections: u64,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -433,20 +437,27 @@ pub fn measure(rt: &tokio::runtime::Runtime, rounds: usize, batch: usize) -> Fig
             }
         }
     }
+    let connections = server
+        .connections
+        .load(std::sync::atomic::Ordering::Relaxed);
     let [[r0, m0, a0], [r1, m1, a1]] = samples;
     Figures {
         raw: [r0.side(), r1.side()],
         model: [m0.side(), m1.side()],
         agent: [a0.side(), a1.side()],
+        requests: server.answered(),
+        connections,
     }
 }
 
 impl Figures {
     /// The table `bench_report` prints.
     pub fn table(&self) -> String {
-        let mut out = String::from(
-            "provider path (loopback server, recorded transcripts; medians):\n\
+        let mut out = format!(
+            "provider path (loopback server, recorded transcripts; medians; {} requests over {} \
+             connections):\n\
              \x20 side                                             TTFT µs     call µs  ns/chunk\n",
+            self.requests, self.connections
         );
         for (i, wire) in ["OpenAI", "Anthropic"].into_iter().enumerate() {
             let rows = [

@@ -64,6 +64,8 @@ pub struct SseServer {
     pub addr: SocketAddr,
     /// Requests answered so far.
     pub requests: Arc<AtomicU64>,
+    /// Connections accepted so far.
+    pub connections: Arc<AtomicU64>,
 }
 
 impl SseServer {
@@ -72,6 +74,8 @@ impl SseServer {
         let (tx, rx) = std::sync::mpsc::channel();
         let requests = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&requests);
+        let connections = Arc::new(AtomicU64::new(0));
+        let accepted = Arc::clone(&connections);
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -94,6 +98,7 @@ impl SseServer {
                         continue;
                     };
                     stream.set_nodelay(true).ok();
+                    accepted.fetch_add(1, Ordering::Relaxed);
                     tokio::spawn(connection(
                         stream,
                         Arc::clone(&replies),
@@ -105,6 +110,7 @@ impl SseServer {
         Self {
             addr: rx.recv().unwrap(),
             requests,
+            connections,
         }
     }
 
