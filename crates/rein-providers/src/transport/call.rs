@@ -37,9 +37,12 @@ pub(super) fn start<D: Decoder>(
         done: false,
         deadline: None,
     };
-    Box::pin(futures::stream::unfold(state, |mut call| async move {
-        call.next_item().await.map(|item| (item, call))
-    }))
+    // Boxed: each item's future takes the call and hands it back, a pointer rather than
+    // the whole state (which under many concurrent calls is mostly cold).
+    Box::pin(futures::stream::unfold(
+        Box::new(state),
+        |mut call| async move { call.next_item().await.map(|item| (item, call)) },
+    ))
 }
 
 /// One response body being read, with its parser (which holds the events completed but
