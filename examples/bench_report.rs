@@ -32,6 +32,19 @@
 //!   `SyncHook` and `MaskingHook::mask_stream`, as (time of 1,000 chunks − time of 1
 //!   chunk) / 999.
 //!
+//! - **a million idle sessions** (only with `--million` or `REIN_BENCH_MILLION=1`: ~8 s
+//!   and ~0.9 GB): the sessions figures at 1,000,000 sessions, `session_bytes_1m=` and
+//!   `last_session_ratio_1m=`;
+//! - **the provider path** (features `openai` and `anthropic`, otherwise
+//!   `ttft_over_raw=skipped`; `--provider` runs it alone): rein's `OpenAiChatModel`
+//!   and `AnthropicModel` through `Model::stream` and through an agent call, against a
+//!   raw `reqwest` client, on a loopback server replaying recorded transcripts (`benches/support/provider.rs`):
+//!   time to first token (`ttft_over_raw=`, the larger provider's ratio, and
+//!   `ttft_added_us=`), ns per chunk (`provider_chunk_ns=`, `raw_chunk_ns=`, …; the
+//!   key `chunk_ns=` stays the agent's per-chunk cost on the instant model, above) and
+//!   `REIN_BENCH_STREAMS` (default 1,000) concurrent streamed calls
+//!   (`stream_throughput_over_raw=`).
+//!
 //! - **session stores:** per-call store overhead (load + save; leased: acquire + load +
 //!   fenced save + release) with histories of 10 and 1,000 messages, p50 and p99 of
 //!   `REIN_BENCH_STORE_SAMPLES` (default 500) single calls, on the in-memory and file
@@ -340,6 +353,76 @@ fn per_chunk_ns(rt: &tokio::runtime::Runtime, rounds: usize) -> [f64; 3] {
     samples.map(median)
 }
 
+/// The provider path side by side (features `openai` and `anthropic`): the table and
+/// the summary keys.
+#[cfg(all(feature = "openai", feature = "anthropic"))]
+fn provider_report(rt: &tokio::runtime::Runtime) -> (String, String) {
+    let (rounds, batch) = if DEBUG { (1, 2) } else { (9, 40) };
+    let figures = support::provider::measure(rt, rounds, batch);
+    let decode = [
+        support::provider::Wire::OpenAi,
+        support::provider::Wire::Anthropic,
+    ]
+    .map(|w| {
+        support::provider::decode_only_ns(
+            w,
+            if DEBUG { 1 } else { 11 },
+            if DEBUG { 2 } else { 200 },
+        )
+    });
+    let [raw, openai] = child::<2>(&["--stream-throughput", "openai"]);
+    let [raw_an, anthropic] = child::<2>(&["--stream-throughput", "anthropic"]);
+    let streams = env_size("REIN_BENCH_STREAMS", if DEBUG { 50 } else { 1000 });
+    let table = format!(
+        "{}  decoding alone (no HTTP), ns per event: OpenAI rein {:.0} vs floor {:.0}; \
+         Anthropic rein {:.0} vs floor {:.0}\n  {streams} concurrent streamed calls, 2 workers: OpenAI raw {raw:.0}/s, \
+         Model::stream {openai:.0}/s ({:.2}x); Anthropic raw {raw_an:.0}/s, \
+         Model::stream {anthropic:.0}/s ({:.2}x)\n",
+        figures.table(),
+        decode[0].0,
+        decode[0].1,
+        decode[1].0,
+        decode[1].1,
+        openai / raw,
+        anthropic / raw_an
+    );
+    let summary = format!(
+        "{} decode_ns={:.0} raw_decode_ns={:.0} stream_calls_per_s={openai:.0} raw_stream_calls_per_s={raw:.0} \
+         stream_throughput_over_raw={:.2} anthropic_stream_throughput_over_raw={:.2}",
+        figures.summary(),
+        decode[0].0,
+        decode[0].1,
+        openai / raw,
+        anthropic / raw_an
+    );
+    (table, summary)
+}
+
+#[cfg(not(all(feature = "openai", feature = "anthropic")))]
+fn provider_report(_rt: &tokio::runtime::Runtime) -> (String, String) {
+    (
+        "provider path: SKIPPED (build with --features openai,anthropic)\n".to_owned(),
+        "ttft_over_raw=skipped".to_owned(),
+    )
+}
+
+/// Child mode: `REIN_BENCH_STREAMS` concurrent streamed calls on the `which` wire
+/// (`openai`, `anthropic`) on a 2-worker runtime, the floor and `Model::stream` in
+/// turn; prints both calls/s.
+#[cfg(all(feature = "openai", feature = "anthropic"))]
+fn stream_throughput_child(which: &str) {
+    use support::provider::{Wire, stream_throughput};
+    let streams = env_size("REIN_BENCH_STREAMS", if DEBUG { 50 } else { 1000 });
+    let wire = if which == "anthropic" {
+        Wire::Anthropic
+    } else {
+        Wire::OpenAi
+    };
+    let reps = if DEBUG { 1 } else { 5 };
+    let (raw, rein) = two_worker_runtime().block_on(stream_throughput(wire, streams.max(1), reps));
+    println!("{raw:.0} {rein:.0}");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |i: usize| args.get(i + 1).map_or("", String::as_str);
@@ -349,12 +432,28 @@ fn main() {
     }
     let sessions = env_size("REIN_BENCH_SESSIONS", if DEBUG { 1000 } else { 100_000 });
     let calls = env_size("REIN_BENCH_CALLS", if DEBUG { 2000 } else { 100_000 });
-    if args.iter().any(|a| a == "--sessions") {
-        sessions_child(sessions.max(1));
+    if let Some(i) = args.iter().position(|a| a == "--sessions") {
+        let n = args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(sessions);
+        sessions_child(n.max(1));
+        return;
+    }
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
+    if let Some(i) = args.iter().position(|a| a == "--stream-throughput") {
+        stream_throughput_child(arg(i));
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--throughput") {
         throughput_child(arg(i), calls.max(1));
+        return;
+    }
+    if args.iter().any(|a| a == "--provider") {
+        // The provider path alone (its table and summary keys).
+        let (table, summary) = provider_report(&runtime());
+        print!("{table}");
+        println!("{summary}");
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--probe") {
@@ -424,11 +523,20 @@ fn main() {
     let (w2a_wall, w2a_rss) = w2_in_child("agents");
     let (w2s_wall, w2s_rss) = w2_in_child("sessions");
     let [session_bytes, sessions_rss, first_us, last_us] = child(&["--sessions"]);
+    // A million idle sessions take ~8 s and ~0.9 GB: only when asked for.
+    let million = args.iter().any(|a| a == "--million")
+        || std::env::var("REIN_BENCH_MILLION").is_ok_and(|v| v == "1");
+    let [m_bytes, m_rss, m_first_us, m_last_us] = if million {
+        child(&["--sessions", if DEBUG { "20000" } else { "1000000" }])
+    } else {
+        [f64::NAN; 4]
+    };
     let [tput, p99] = child(&["--throughput", "plain"]);
     let [tput_prod, p99_prod] = child(&["--throughput", "production"]);
     let chunk = per_chunk_ns(&rt, if DEBUG { 1 } else { 11 });
     let store_samples = env_size("REIN_BENCH_STORE_SAMPLES", if DEBUG { 20 } else { 500 });
     let stores = rt.block_on(store_rows(store_samples));
+    let (provider_table, provider_summary) = provider_report(&rt);
 
     println!("{:<52} {:>12}", "measure", "median");
     println!("{:<52} {:>9.2} µs", "W1 per call, no hooks", w1[0]);
@@ -502,6 +610,17 @@ fn main() {
         first_us,
         last_us / first_us
     );
+    if million {
+        println!(
+            "{:<52} {:>9.0} B, RSS {:.1} MB; call on the last {:.2} µs vs first {:.2} µs ({:.2}x)",
+            "  1,000,000 idle sessions: each beyond the text",
+            m_bytes,
+            m_rss,
+            m_last_us,
+            m_first_us,
+            m_last_us / m_first_us
+        );
+    }
     println!(
         "{:<52} {:>9.0} /s, p99 {:.1} µs",
         "  W1 calls over 10,000 sessions, 2 workers", tput, p99
@@ -514,6 +633,7 @@ fn main() {
         "{:<52} {:>9.1} ns (observing SyncHook {:.1} ns, mask_stream {:.1} ns)",
         "  per chunk of a 1,000-chunk streamed reply", chunk[0], chunk[1], chunk[2]
     );
+    print!("{provider_table}");
     print!("{}", store_table(&stores, store_samples.max(1)));
     // Per-call store cost of a held session (the `save` row), 1,000 messages over 10.
     let store_ratio = |store| {
@@ -524,6 +644,14 @@ fn main() {
         "(report took {:.1?})",
         Duration::from_secs_f64(started.elapsed().as_secs_f64())
     );
+    let million_keys = if million {
+        format!(
+            "session_bytes_1m={m_bytes:.0} sessions_1m_rss_mb={m_rss:.1} last_session_ratio_1m={:.2}",
+            m_last_us / m_first_us
+        )
+    } else {
+        "session_bytes_1m=skipped".to_owned()
+    };
     println!(
         "w1_us={:.2} hooks10_ratio={:.2} synchooks10_ratio={:.2} production_ratio={:.2} \
          history1000_ratio={:.2} unsubscribed_ns={:.2} w2_rss_mb={:.1} session_bytes={:.0} \
@@ -532,7 +660,7 @@ fn main() {
          production_calls_per_s={:.0} production_p99_us={:.1} chunk_ns={:.1} \
          observed_chunk_ns={:.1} masked_chunk_ns={:.1} mask_mb_s={:.0} mask_worst_mb_s={:.0} \
          hooks10_added_us={:.2} synchooks10_added_us={:.2} production_added_us={:.2} \
-         budget_added_us={:.2} redis_1000_over_10={} postgres_1000_over_10={}",
+         budget_added_us={:.2} redis_1000_over_10={} postgres_1000_over_10={} {provider_summary} {million_keys}",
         w1[0],
         w1[1] / w1[0],
         w1[2] / w1[0],

@@ -1,6 +1,8 @@
 //! Shared by the benches and the `bench_report` example: the instant fake model, the
-//! W1/W2 workloads and no-op hooks; `scale` (sessions at scale, throughput) and
-//! `stores` (per-call session-store overhead).
+//! W1/W2 workloads and no-op hooks; `scale` (sessions at scale, throughput),
+//! `stores` (per-call session-store overhead) and, with features `openai` and
+//! `anthropic`, `provider` (the provider path against the loopback SSE server of
+//! `sse_server`).
 #![allow(
     dead_code,
     unreachable_pub,
@@ -9,7 +11,11 @@
     clippy::panic
 )]
 
+#[cfg(all(feature = "openai", feature = "anthropic"))]
+pub mod provider;
 pub mod scale;
+#[cfg(all(feature = "openai", feature = "anthropic"))]
+pub mod sse_server;
 pub mod stores;
 
 use std::sync::atomic::{AtomicU64, Ordering};

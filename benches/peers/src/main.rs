@@ -174,6 +174,8 @@ async fn one_call(agent: &Agent) -> String {
 #[path = "../../support/mod.rs"]
 mod support;
 
+mod stream;
+
 mod reinside {
     use rein::*;
 
@@ -287,6 +289,10 @@ fn main() {
         tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(w2_child(&which));
         return;
     }
+    if args.iter().any(|a| a == "--stream") {
+        stream::run(9, 40, 1000);
+        return;
+    }
     let rounds: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(15);
     let calls: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2000);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -345,4 +351,5 @@ fn main() {
         "RESULT w1_ratio={:.2} w1hooks_ratio={:.2} w1synchooks_ratio={:.2} rein_prod_overhead={:.2} w2_wall_ratio={:.2} rein_w2_rss_mb={:.1} rig_w2_rss_mb={:.1}",
         rig_w1 / rein_w1, rig_h / rein_h, rig_h / rein_hs, rein_prod / rein_w1, rig_w2 / reina_w2, reina_rss, rig_rss
     );
+    stream::run(9, 40, 1000);
 }

@@ -11,6 +11,7 @@ use crate::transport::{
     Decoder, Endpoint, Flow, Transport, body_finish, body_start, endpoint_setters, malformed,
     parse_json, put, str_field, stream_error, u64_field,
 };
+use crate::typed;
 use rein_core::BuildError;
 use rein_core::model::{
     FinishReason, GenerateOptions, Messages, Model, ModelChunk, ModelError, ModelErrorKind,
@@ -551,6 +552,12 @@ impl Decoder for AnthropicDecoder {
             return Ok(Flow::More);
         }
         let data = event.data.as_str();
+        if event.event == "content_block_delta"
+            && let Some(chunk) = typed::anthropic_delta(data, &event.event, self.output_block)
+        {
+            out.extend(chunk);
+            return Ok(Flow::More);
+        }
         let v = parse_json(data)?;
         let kind = str_field(&v, "type").unwrap_or(event.event.as_str());
         let index = || {

@@ -26,6 +26,8 @@ mod sse;
 #[doc(hidden)]
 pub mod sse_probe;
 pub mod transport;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod typed;
 
 #[cfg(feature = "anthropic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]

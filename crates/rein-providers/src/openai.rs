@@ -11,6 +11,7 @@ use crate::transport::{
     Decoder, Endpoint, Flow, Transport, body_finish, body_start, endpoint_setters, malformed,
     parse_json, put, str_field, stream_error, u64_field,
 };
+use crate::typed::{self, nonempty};
 use rein_core::BuildError;
 use rein_core::model::{
     FinishReason, GenerateOptions, Messages, Model, ModelChunk, ModelError, ModelErrorKind,
@@ -386,10 +387,18 @@ impl OpenAiDecoder {
     /// The index of a tool-call fragment: its `index`, or (for servers that omit it)
     /// the position of its id among the ids seen, or the last call's.
     fn call_index(&mut self, call: &Value) -> usize {
-        if let Some(i) = call.get("index").and_then(Value::as_u64) {
+        self.index_of(
+            call.get("index").and_then(Value::as_u64),
+            str_field(call, "id"),
+        )
+    }
+
+    /// [`call_index`](Self::call_index) of a fragment with this `index` and `id`.
+    fn index_of(&mut self, index: Option<u64>, id: Option<&str>) -> usize {
+        if let Some(i) = index {
             return usize::try_from(i).unwrap_or(usize::MAX);
         }
-        match str_field(call, "id") {
+        match id {
             Some(id) => match self.ids.iter().position(|x| x == id) {
                 Some(p) => p,
                 None => {
@@ -414,6 +423,9 @@ impl Decoder for OpenAiDecoder {
         }
         if data.is_empty() {
             return Ok(Flow::More);
+        }
+        if let Some(chunk) = typed::view::<typed::OpenAiChunk<'_>>(data) {
+            return self.decode_view(chunk, out);
         }
         let v = parse_json(data)?;
         if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
@@ -452,13 +464,7 @@ impl Decoder for OpenAiDecoder {
             }
             if let Some(reason) = str_field(choice, "finish_reason") {
                 self.finished = true;
-                out.push_back(ModelChunk::Finish(match reason {
-                    "stop" => FinishReason::Stop,
-                    "tool_calls" | "function_call" => FinishReason::ToolCalls,
-                    "length" => FinishReason::Length,
-                    "content_filter" => FinishReason::ContentFilter,
-                    other => FinishReason::Other(other.to_owned()),
-                }));
+                out.push_back(ModelChunk::Finish(finish_reason(reason)));
             }
         }
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
@@ -472,5 +478,64 @@ impl Decoder for OpenAiDecoder {
 
     fn complete_without_terminal(&self) -> bool {
         self.finished
+    }
+}
+
+impl OpenAiDecoder {
+    /// What [`decode`](Decoder::decode) makes of a chunk that fits the typed view (the
+    /// same chunks, read without building a `Value`).
+    fn decode_view(
+        &mut self,
+        chunk: typed::OpenAiChunk<'_>,
+        out: &mut VecDeque<ModelChunk>,
+    ) -> Result<Flow, ModelError> {
+        if let Some(err) = &chunk.error {
+            return Err(stream_error(err));
+        }
+        let choices = chunk.choices.iter().flatten().map(|c| &c.0);
+        for choice in choices.filter(|c| c.index.unwrap_or(0) == 0) {
+            if let Some(typed::Obj(delta)) = &choice.delta {
+                if let Some(t) = nonempty(&delta.reasoning_content).or(nonempty(&delta.reasoning)) {
+                    out.push_back(ModelChunk::Thinking(t.to_owned()));
+                }
+                if let Some(t) = nonempty(&delta.content).or(nonempty(&delta.refusal)) {
+                    out.push_back(ModelChunk::Text(t.to_owned()));
+                }
+                for typed::Obj(call) in delta.tool_calls.iter().flatten() {
+                    let id = nonempty(&call.id);
+                    let f = call.function.as_ref().map(|f| &f.0);
+                    out.push_back(ModelChunk::ToolCall {
+                        index: self.index_of(call.index, id),
+                        id: id.map(str::to_owned),
+                        name: f.and_then(|f| nonempty(&f.name)).map(str::to_owned),
+                        arguments: f
+                            .and_then(|f| f.arguments.as_deref())
+                            .unwrap_or("")
+                            .to_owned(),
+                    });
+                }
+            }
+            if let Some(reason) = nonempty(&choice.finish_reason) {
+                self.finished = true;
+                out.push_back(ModelChunk::Finish(finish_reason(reason)));
+            }
+        }
+        if let Some(typed::Obj(u)) = &chunk.usage {
+            out.push_back(ModelChunk::Usage(Usage {
+                input_tokens: u.prompt_tokens.unwrap_or(0),
+                output_tokens: u.completion_tokens.unwrap_or(0),
+            }));
+        }
+        Ok(Flow::More)
+    }
+}
+
+fn finish_reason(reason: &str) -> FinishReason {
+    match reason {
+        "stop" => FinishReason::Stop,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "length" => FinishReason::Length,
+        "content_filter" => FinishReason::ContentFilter,
+        other => FinishReason::Other(other.to_owned()),
     }
 }

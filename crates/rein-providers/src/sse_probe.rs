@@ -60,11 +60,15 @@ fn run<D: Decoder>(mut decoder: D, pieces: &[&[u8]], max_line: usize, max_event:
     };
     loop {
         match parser.next_event() {
-            Some(Ok(event)) => match decoder.decode(&event, &mut out) {
-                Ok(Flow::More) => {}
-                Ok(Flow::Done) => return end(out, None, true),
-                Err(e) => return end(out, Some(e), false),
-            },
+            Some(Ok(event)) => {
+                let decoded = decoder.decode(&event, &mut out);
+                parser.recycle(event);
+                match decoded {
+                    Ok(Flow::More) => {}
+                    Ok(Flow::Done) => return end(out, None, true),
+                    Err(e) => return end(out, Some(e), false),
+                }
+            }
             Some(Err(e)) => {
                 let error = ModelError::new(ModelErrorKind::Stream, e.to_string());
                 return end(out, Some(error), false);

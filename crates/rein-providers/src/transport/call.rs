@@ -3,12 +3,13 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
 use reqwest::{Response, StatusCode};
 use serde_json::Value;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use super::{Decoder, ERROR_BODY_BYTES, Flow, QUOTE_BYTES, Transport, chain};
 use crate::sse::{SseError, SseParser};
@@ -36,9 +37,12 @@ pub(super) fn start<D: Decoder>(
         done: false,
         deadline: None,
     };
-    Box::pin(futures::stream::unfold(state, |mut call| async move {
-        call.next_item().await.map(|item| (item, call))
-    }))
+    // Boxed: each item's future takes the call and hands it back, a pointer rather than
+    // the whole state (which under many concurrent calls is mostly cold).
+    Box::pin(futures::stream::unfold(
+        Box::new(state),
+        |mut call| async move { call.next_item().await.map(|item| (item, call)) },
+    ))
 }
 
 /// One response body being read, with its parser (which holds the events completed but
@@ -48,6 +52,9 @@ struct Body {
     parser: SseParser,
     /// When the stream last made progress (or its headers arrived).
     progress: Instant,
+    /// Armed at the idle (or total) deadline seen when it was set and moved on only
+    /// when it fires: re-arming a timer for every read costs more than the read.
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 /// A failure and whether another attempt may fix it.
@@ -256,6 +263,7 @@ impl<D: Decoder> Call<D> {
             response,
             parser: SseParser::new(t.http.max_line_bytes, t.http.max_event_bytes),
             progress: Instant::now(),
+            timer: None,
         })
     }
 
@@ -271,7 +279,9 @@ impl<D: Decoder> Call<D> {
             if let Some(event) = body.parser.next_event() {
                 let event = event.map_err(|e| sse_failure(t, &e))?;
                 let before = self.pending.len();
-                return match self.decoder.decode(&event, &mut self.pending) {
+                let decoded = self.decoder.decode(&event, &mut self.pending);
+                body.parser.recycle(event);
+                return match decoded {
                     Ok(Flow::More) => {
                         if self.pending.len() > before {
                             body.progress = Instant::now();
@@ -296,10 +306,9 @@ impl<D: Decoder> Call<D> {
                     }
                 };
             }
-            let (until, by_deadline) = cap(body.progress.checked_add(idle), deadline);
-            match within(until, body.response.chunk()).await {
-                None if by_deadline => return Err(deadline_failure(t)),
-                None => {
+            match body.next_chunk(idle, deadline).await {
+                Err(true) => return Err(deadline_failure(t)),
+                Err(false) => {
                     return Err(Failure::retryable(ModelError::new(
                         ModelErrorKind::Timeout,
                         format!(
@@ -308,14 +317,14 @@ impl<D: Decoder> Call<D> {
                         ),
                     )));
                 }
-                Some(Err(e)) => {
+                Ok(Err(e)) => {
                     let message = format!("the connection failed mid-stream: {}", chain(&e));
                     return Err(Failure::retryable(
                         ModelError::new(ModelErrorKind::Stream, message).with_source(e),
                     ));
                 }
-                Some(Ok(Some(bytes))) => body.parser.push(&bytes),
-                Some(Ok(None)) => {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => {
                     self.events = None;
                     if self.decoder.complete_without_terminal() {
                         self.done = true;
@@ -328,6 +337,46 @@ impl<D: Decoder> Call<D> {
                 }
             }
         }
+    }
+}
+
+impl Body {
+    /// Reads the next piece of the body into the parser (`Ok(Ok(false))` at its end),
+    /// or `Err(by_deadline)` when no progress came within `idle` (or the call's
+    /// `deadline` passed first: `Err(true)`).
+    async fn next_chunk(
+        &mut self,
+        idle: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<reqwest::Result<bool>, bool> {
+        loop {
+            let (until, by_deadline) = cap(self.progress.checked_add(idle), deadline);
+            let Some(until) = until else {
+                let chunk = self.response.chunk().await;
+                return Ok(self.push(chunk));
+            };
+            let timer = match &mut self.timer {
+                Some(timer) => timer,
+                slot => slot.insert(Box::pin(tokio::time::sleep_until(until))),
+            };
+            // The body first: a piece already buffered never waits on the timer.
+            tokio::select! {
+                biased;
+                chunk = self.response.chunk() => return Ok(self.push(chunk)),
+                () = timer.as_mut() => {}
+            }
+            if until <= Instant::now() {
+                return Err(by_deadline);
+            }
+            // Progress since the timer was set moved the deadline on.
+            timer.as_mut().reset(until);
+        }
+    }
+
+    fn push<B: AsRef<[u8]>>(&mut self, chunk: reqwest::Result<Option<B>>) -> reqwest::Result<bool> {
+        Ok(chunk?
+            .map(|bytes| self.parser.push(bytes.as_ref()))
+            .is_some())
     }
 }
 
