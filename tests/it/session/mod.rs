@@ -6,6 +6,7 @@
 
 mod append_only;
 mod boundaries;
+mod budget_processes;
 mod budgets;
 mod crash;
 mod durable;

@@ -1,0 +1,228 @@
+//! A session budget shared by two OS processes on Redis and PostgreSQL: two replica
+//! processes draining one session never spend more than it, and a replica process
+//! killed with SIGKILL while its request is in flight leaves the request charged.
+//!
+//! The replicas are this test binary re-run on [`budget_worker`] (see
+//! `support::worker`); each has its own store client and its own lease.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rein::*;
+
+use crate::session::store_agents::{Leased, config};
+use crate::support::worker::{kill, worker};
+use crate::support::{builder, session};
+
+/// The worker's command: `calls` calls on session `s` of `engine` under `at` (a Redis
+/// key prefix or a PostgreSQL table), with a session budget of `budget` model calls;
+/// answer `i` takes the `i`-th of the comma-separated `delays_ms` (the last repeats).
+fn command(engine: &str, at: &str, s: &str, calls: usize, budget: u64, delays_ms: &str) -> Command {
+    let mut c = worker("session::budget_processes::budget_worker");
+    c.env("REIN_BUDGET_ENGINE", engine)
+        .env("REIN_BUDGET_WHERE", at)
+        .env("REIN_BUDGET_SESSION", s)
+        .env("REIN_BUDGET_CALLS", calls.to_string())
+        .env("REIN_BUDGET_LIMIT", budget.to_string())
+        .env("REIN_BUDGET_DELAYS_MS", delays_ms);
+    c
+}
+
+/// A replica process: prints `REQUEST <n>` as each model request goes out (after its
+/// reservation is saved), then `OUTCOME <final|budget_exhausted|…>` per call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a worker process of the two-process budget tests"]
+async fn budget_worker() {
+    let Ok(engine) = std::env::var("REIN_BUDGET_ENGINE") else {
+        return;
+    };
+    let var = |name: &str| std::env::var(name).unwrap();
+    let (at, s) = (var("REIN_BUDGET_WHERE"), var("REIN_BUDGET_SESSION"));
+    let calls: usize = var("REIN_BUDGET_CALLS").parse().unwrap();
+    let limit: u64 = var("REIN_BUDGET_LIMIT").parse().unwrap();
+    let delays: Vec<u64> = var("REIN_BUDGET_DELAYS_MS")
+        .split(',')
+        .map(|d| d.trim().parse().unwrap())
+        .collect();
+    let turns = (0..calls).map(|i| {
+        let ms = delays[i.min(delays.len() - 1)];
+        ScriptedTurn::text(format!("answer {i}")).with_delay(Duration::from_millis(ms))
+    });
+    let model = Announcing(ScriptedModel::new(turns));
+    let agent = match engine.as_str() {
+        #[cfg(feature = "redis")]
+        "redis" => replica(
+            crate::session::store_redis::harness_in(&var("REIN_REDIS_URL"), &at)
+                .client()
+                .await,
+            model,
+            limit,
+        ),
+        #[cfg(feature = "postgres")]
+        "postgres" => replica(
+            crate::session::store_postgres::harness_in(&var("REIN_POSTGRES_URL"), &at)
+                .client()
+                .await,
+            model,
+            limit,
+        ),
+        other => panic!("unknown engine {other}"),
+    };
+    for i in 0..calls {
+        let outcome = match agent
+            .run(vec![Msg::user(format!("q{i}"))], session(&s))
+            .await
+        {
+            Ok(out) => match out.reason {
+                StopReason::Final => "final".to_owned(),
+                StopReason::BudgetExhausted => "budget_exhausted".to_owned(),
+                other => format!("{other:?}"),
+            },
+            Err(e) => format!("error:{:?}", e.kind()),
+        };
+        println!("OUTCOME {outcome}");
+    }
+}
+
+fn replica<S: Leased>(store: S, model: Announcing, limit: u64) -> Agent {
+    builder(&ScriptedModel::new([]))
+        .model(model)
+        .leased_session_store(store, config(1_000, 20_000))
+        .session_budget(Budget::new().model_calls(limit))
+        .build()
+        .unwrap()
+}
+
+/// A scripted model that prints `REQUEST <n>` when a request reaches it: with a session
+/// budget, after the request's reservation was saved with the session.
+struct Announcing(ScriptedModel);
+
+impl Model for Announcing {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn stream(&self, request: ModelRequest) -> ModelStream {
+        println!("REQUEST {}", self.0.requests().len() + 1);
+        self.0.stream(request)
+    }
+}
+
+/// The `OUTCOME` and `REQUEST` lines of a worker's output.
+fn lines(out: &str, tag: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix(tag).map(|r| r.trim().to_owned()))
+        .collect()
+}
+
+/// Two replica processes call one session at the same time, three calls each, against a
+/// session budget of four model calls: four calls answer, two stop for the budget, four
+/// requests were sent in all.
+fn two_processes_never_spend_more_than_the_session_budget(engine: &str, at: &str) {
+    let s = format!("budget-procs-{}", std::process::id());
+    let spawn = || {
+        command(engine, at, &s, 3, 4, "50")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert!(a.status.success() && b.status.success());
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&a.stdout),
+        String::from_utf8_lossy(&b.stdout)
+    );
+    let outcomes = lines(&out, "OUTCOME");
+    let count = |o: &str| outcomes.iter().filter(|x| *x == o).count();
+    assert_eq!(outcomes.len(), 6, "{out}");
+    assert_eq!((count("final"), count("budget_exhausted")), (4, 2), "{out}");
+    assert_eq!(
+        lines(&out, "REQUEST").len(),
+        4,
+        "never a fifth request: {out}"
+    );
+}
+
+/// A replica process is killed with SIGKILL while its second request is in flight; a
+/// second process on the same session finds that request charged: of a budget of three
+/// model calls, the dead process answered one and reserved one, so one is left.
+fn a_killed_process_leaves_its_charge_with_the_session(engine: &str, at: &str) {
+    let s = format!("budget-kill-{}", std::process::id());
+    let mut dying = command(engine, at, &s, 2, 3, "0,60000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(dying.stdout.take().unwrap()).lines();
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    // The second request goes out after its reservation is saved: kill it then.
+    while let Some(Ok(line)) = reader.next() {
+        if line.starts_with("REQUEST") || line.starts_with("OUTCOME") {
+            seen.push(line.clone());
+        }
+        if line == "REQUEST 2" {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{seen:?}");
+    }
+    assert_eq!(seen, ["REQUEST 1", "OUTCOME final", "REQUEST 2"]);
+    assert!(!kill(&mut dying).success());
+    // The survivor waits out the dead process's lease (1 s), then: one call answers,
+    // the next two stop for the budget.
+    let out = command(engine, at, &s, 3, 3, "0").output().unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        lines(&out, "OUTCOME"),
+        ["final", "budget_exhausted", "budget_exhausted"],
+        "the killed request is charged: {out}"
+    );
+    assert_eq!(lines(&out, "REQUEST").len(), 1, "{out}");
+}
+
+#[cfg(feature = "redis")]
+mod redis {
+    use super::*;
+
+    fn at() -> Option<(String, String)> {
+        crate::session::store_redis::redis_url()
+            .map(|u| (u, crate::session::store_redis::fresh_prefix()))
+    }
+
+    #[test]
+    fn two_processes_draining_one_session_budget_never_spend_more_than_it() {
+        let Some((_, at)) = at() else { return };
+        two_processes_never_spend_more_than_the_session_budget("redis", &at);
+    }
+
+    #[test]
+    fn a_process_killed_mid_request_leaves_its_charge_with_the_session() {
+        let Some((_, at)) = at() else { return };
+        a_killed_process_leaves_its_charge_with_the_session("redis", &at);
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::*;
+
+    fn at() -> Option<(String, String)> {
+        crate::session::store_postgres::postgres_url()
+            .map(|u| (u, crate::session::store_postgres::fresh_table()))
+    }
+
+    #[test]
+    fn two_processes_draining_one_session_budget_never_spend_more_than_it() {
+        let Some((_, at)) = at() else { return };
+        two_processes_never_spend_more_than_the_session_budget("postgres", &at);
+    }
+
+    #[test]
+    fn a_process_killed_mid_request_leaves_its_charge_with_the_session() {
+        let Some((_, at)) = at() else { return };
+        a_killed_process_leaves_its_charge_with_the_session("postgres", &at);
+    }
+}
