@@ -38,9 +38,9 @@ pub use error::{BuildError, BuildErrorKind, Error, ErrorKind, HookFailureKind};
 pub use hook::RegistrationGuard;
 pub use hook::{
     ActingChunkEvent, ErrorEvent, EventKind, FailurePolicy, Hook, HookError, HookEvent,
-    HookRegistry, HookSite, Interest, IntoHook, PostActingEvent, PostCallEvent, PostReasoningEvent,
-    PostSummaryEvent, PreActingEvent, PreCallEvent, PreReasoningEvent, PreSummaryEvent,
-    ReasoningChunkEvent, SummaryChunkEvent, SyncHook,
+    HookRegistry, HookSite, Interest, IntoHook, PostActingEvent, PostCallEvent, PostCompactEvent,
+    PostReasoningEvent, PostSummaryEvent, PreActingEvent, PreCallEvent, PreCompactEvent,
+    PreReasoningEvent, PreSummaryEvent, ReasoningChunkEvent, SummaryChunkEvent, SyncHook,
 };
 pub use hook::{Decision, DecisionKind};
 pub use hook::{HookFn, HookSettings, hook_fn};

@@ -55,8 +55,9 @@ use crate::context::{AgentInfo, RunContext, StopReason};
 use crate::error::{BuildError, Error};
 use crate::hook::{
     ActingChunkEvent, EventMeta, HookChain, HookEvent, IntoHook, PostActingEvent, PostCallEvent,
-    PostReasoningEvent, PostSummaryEvent, PreActingEvent, PreCallEvent, PreReasoningEvent,
-    PreSummaryEvent, ReasoningChunkEvent, RegisteredHook, SummaryChunkEvent,
+    PostCompactEvent, PostReasoningEvent, PostSummaryEvent, PreActingEvent, PreCallEvent,
+    PreCompactEvent, PreReasoningEvent, PreSummaryEvent, ReasoningChunkEvent, RegisteredHook,
+    SummaryChunkEvent,
 };
 use crate::hook::{Decision, TrailMode};
 use crate::message::{Msg, ToolResult, ToolUse};
@@ -291,6 +292,24 @@ impl HookHarness {
         HookEvent::PostSummary(PostSummaryEvent {
             meta: self.meta(),
             message,
+        })
+    }
+
+    /// A `PreCompact` event for the turns about to be summarized.
+    pub fn pre_compact(&self, messages: Vec<Msg>) -> HookEvent {
+        HookEvent::PreCompact(PreCompactEvent {
+            meta: self.meta(),
+            messages: messages.into(),
+            veto: None,
+        })
+    }
+
+    /// A `PostCompact` event for the summary standing for `compacted` stored messages.
+    pub fn post_compact(&self, message: Msg, compacted: usize) -> HookEvent {
+        HookEvent::PostCompact(PostCompactEvent {
+            meta: self.meta(),
+            message,
+            compacted,
         })
     }
 

@@ -226,3 +226,246 @@ async fn two_replicas_send_the_same_window_for_the_same_history() {
     );
     assert!(sent[0].len() < 6 * 4 + 2, "and some turns were left out");
 }
+
+fn compacting(model: &ScriptedModel, window: u32) -> AgentBuilder {
+    let log = Log::default();
+    builder_with_tools(model, vec![add_tool(&log)])
+        .sys_prompt("You add numbers.")
+        .context_window(window)
+        .context_policy(ContextPolicy::Compact)
+}
+
+#[tokio::test]
+async fn compact_replaces_the_oldest_turns_with_a_summary_every_replica_continues_from() {
+    let store = std::sync::Arc::new(InMemorySessionStore::new());
+    let model = ScriptedModel::new([
+        ScriptedTurn::text("The user added numbers in turns 0 to 4; every result was ok."),
+        ScriptedTurn::text("done"),
+    ]);
+    let agent = compacting(&model, 1100)
+        .session_store(std::sync::Arc::clone(&store))
+        .build()
+        .unwrap();
+    agent
+        .set_messages(&key("compact"), history(8))
+        .await
+        .unwrap();
+    agent
+        .call_with(vec![Msg::user("turn 8: now")], session("compact"))
+        .await
+        .unwrap();
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2, "one summary call, one reasoning call");
+    // The summary call: no tools, the oldest turns, an instruction.
+    let summary_call = &requests[0];
+    assert!(summary_call.tools.is_empty());
+    let texts: Vec<String> = summary_call.messages.iter().map(Msg::text).collect();
+    assert!(
+        texts[0].contains("Summarize the conversation"),
+        "{}",
+        texts[0]
+    );
+    assert!(texts[1].starts_with("turn 0:"), "{}", texts[1]);
+    assert!(
+        texts.iter().all(|t| !t.starts_with("turn 7:")),
+        "the newest turns are kept, not summarized"
+    );
+    assert_memory_valid(&summary_call.messages.to_vec()[1..summary_call.messages.len() - 1]);
+    // The reasoning call: the summary in place of those turns.
+    let sent: Vec<Msg> = requests[1].messages.to_vec();
+    assert_eq!(sent[0].text(), "You add numbers.");
+    assert!(
+        sent[1].text().contains("turns 0 to 4"),
+        "{}",
+        sent[1].text()
+    );
+    assert_eq!(sent[2].role, Role::Assistant);
+    assert_eq!(sent.last().unwrap().text(), "turn 8: now");
+    assert!(rein::agent::PINNED_KEY != rein::agent::COMPACTION_KEY);
+    // Stored: the compacted conversation, valid, marked.
+    let stored = agent.messages(&key("compact")).await;
+    assert_memory_valid(&stored);
+    assert!(stored.len() < 8 * 4 + 2);
+    assert!(stored[0].metadata.contains_key(rein::agent::COMPACTION_KEY));
+    // Another replica on the same store continues from the same summary.
+    let other_model = ScriptedModel::new([ScriptedTurn::text("again")]);
+    let other = compacting(&other_model, 1100)
+        .session_store(std::sync::Arc::clone(&store))
+        .build()
+        .unwrap();
+    other
+        .call_with(vec![Msg::user("turn 9: more")], session("compact"))
+        .await
+        .unwrap();
+    let first_sent = other_model.requests()[0].messages.to_vec();
+    assert!(
+        first_sent[1].text().contains("turns 0 to 4"),
+        "{}",
+        first_sent[1].text()
+    );
+}
+
+#[tokio::test]
+async fn compaction_fires_its_events_before_pre_reasoning_and_a_post_compact_hook_rewrites_the_summary()
+ {
+    let seen = Log::default();
+    let rec = seen.clone();
+    let model = ScriptedModel::new([
+        ScriptedTurn::text("card 4111 1111 1111 1111 was used"),
+        ScriptedTurn::text("done"),
+    ]);
+    let agent = compacting(&model, 1100)
+        .hook(
+            FnHook::new("compaction", move |event| {
+                rec.push(event.kind().as_str());
+                if let HookEvent::PostCompact(e) = event {
+                    assert!(e.compacted() > 0);
+                    let text = e.message().text().replace("4111 1111 1111 1111", "[card]");
+                    e.set_message(Msg::user(text));
+                }
+                Ok(())
+            })
+            // All events (the default): only these three happen before the model call.
+            .priority(0),
+        )
+        .build()
+        .unwrap();
+    agent
+        .set_messages(&key("events"), history(8))
+        .await
+        .unwrap();
+    agent
+        .call_with(vec![Msg::user("turn 8: now")], session("events"))
+        .await
+        .unwrap();
+    let seen = seen.entries();
+    let at = |k: &str| seen.iter().position(|s| s == k).unwrap();
+    assert!(at("PreCompact") < at("PostCompact"), "{seen:?}");
+    assert!(at("PostCompact") < at("PreReasoning"), "{seen:?}");
+    let chunks_before: Vec<&String> = seen[..at("PreReasoning")]
+        .iter()
+        .filter(|s| s.ends_with("Chunk"))
+        .collect();
+    assert!(
+        chunks_before.is_empty(),
+        "the summary's chunks reach no hook: {seen:?}"
+    );
+    let stored = agent.messages(&key("events")).await;
+    assert!(
+        stored[0].text().ends_with("card [card] was used"),
+        "{}",
+        stored[0].text()
+    );
+    assert!(!stored[0].text().contains("4111"));
+    assert_eq!(stored[0].role, Role::User);
+}
+
+#[tokio::test]
+async fn a_pre_compact_veto_fails_the_call_with_the_typed_error_and_sends_nothing() {
+    let model = ScriptedModel::new([ScriptedTurn::text("never")]);
+    let agent = compacting(&model, 1100)
+        .hook(
+            FnHook::new("no-compaction", |event| {
+                if let HookEvent::PreCompact(e) = event {
+                    e.veto("this session is under legal hold");
+                }
+                Ok(())
+            })
+            .on(EventKind::PreCompact),
+        )
+        .build()
+        .unwrap();
+    agent.set_messages(&key("veto"), history(8)).await.unwrap();
+    let err = agent
+        .call_with(vec![Msg::user("turn 8: now")], session("veto"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ContextWindow);
+    assert!(err.to_string().contains("legal hold"), "{err}");
+    assert!(model.requests().is_empty());
+    assert_eq!(
+        agent.messages(&key("veto")).await.len(),
+        8 * 4 + 1,
+        "nothing compacted"
+    );
+}
+
+#[tokio::test]
+async fn the_summary_call_counts_against_the_budget() {
+    let model = ScriptedModel::new([
+        ScriptedTurn::text("summary"),
+        ScriptedTurn::text("never sent"),
+    ]);
+    let agent = compacting(&model, 1100)
+        .call_budget(Budget::new().model_calls(1))
+        .build()
+        .unwrap();
+    agent
+        .set_messages(&key("budget"), history(8))
+        .await
+        .unwrap();
+    let out = agent
+        .run(vec![Msg::user("turn 8: now")], session("budget"))
+        .await
+        .unwrap();
+    assert_eq!(out.reason, StopReason::BudgetExhausted);
+    assert_eq!(model.requests().len(), 1, "only the summary call was sent");
+}
+
+/// Answers a summary call (no tools) with a rolling summary and a reasoning call with
+/// "done", counting both.
+struct Summarizer {
+    summaries: std::sync::atomic::AtomicUsize,
+    reasoning: std::sync::Mutex<Vec<ModelRequest>>,
+}
+
+impl Model for Summarizer {
+    fn name(&self) -> &str {
+        "summarizer"
+    }
+    fn stream(&self, request: ModelRequest) -> ModelStream {
+        let text = if request.tools.is_empty() {
+            let n = self
+                .summaries
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            format!("summary {n}")
+        } else {
+            self.reasoning.lock().unwrap().push(request.clone());
+            "done".to_owned()
+        };
+        ScriptedModel::new([ScriptedTurn::text(text)]).stream(request)
+    }
+}
+
+#[tokio::test]
+async fn turns_too_many_for_one_summary_call_are_summarized_in_rolling_calls() {
+    let model = std::sync::Arc::new(Summarizer {
+        summaries: Default::default(),
+        reasoning: Default::default(),
+    });
+    let log = Log::default();
+    let agent = Agent::builder()
+        .model(std::sync::Arc::clone(&model))
+        .without_global_hooks()
+        .toolkit(toolkit_with(vec![add_tool(&log)]))
+        .context_window(700)
+        .context_policy(ContextPolicy::Compact)
+        .build()
+        .unwrap();
+    agent
+        .set_messages(&key("rolling"), history(12))
+        .await
+        .unwrap();
+    agent
+        .call_with(vec![Msg::user("turn 12: now")], session("rolling"))
+        .await
+        .unwrap();
+    let summaries = model.summaries.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(summaries >= 2, "{summaries} summary calls");
+    let sent = model.reasoning.lock().unwrap()[0].messages.to_vec();
+    // The last rolling summary stands for every compacted turn.
+    let last = format!("summary {}", summaries - 1);
+    assert!(sent[0].text().ends_with(&last), "{}", sent[0].text());
+    assert_memory_valid(&sent);
+    assert_memory_valid(&agent.messages(&key("rolling")).await);
+}

@@ -58,6 +58,7 @@ mod approvals;
 mod assemble;
 mod budgets;
 mod builder;
+mod compact;
 mod config;
 mod connect;
 mod delegation;
@@ -99,6 +100,7 @@ pub use crate::store::{
     FileSessionStore, InMemorySessionStore, Lease, LeaseConfig, SessionKey, SessionLeases,
     SessionStore, StoreError, StoreErrorKind, StoredSession,
 };
+pub use compact::COMPACTION_KEY;
 pub use stream::{AgentEvent, AgentStream, StreamRelease};
 pub use typed::{OUTPUT_REASKS, OUTPUT_TOOL, OutputMode, TypedOutcome};
 pub use window::{ContextPolicy, PINNED_KEY, WINDOW_BYTES_PER_TOKEN};

@@ -87,10 +87,12 @@ fn model_panicked(phase: Phase, model: &str, payload: &(dyn std::any::Any + Send
 }
 
 /// Which model step a stream belongs to.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Phase {
     Reasoning,
     Summary,
+    /// The summary of a compaction: its chunks reach no hook and no caller.
+    Compaction,
 }
 
 impl Phase {
@@ -98,13 +100,16 @@ impl Phase {
         match self {
             Phase::Reasoning => "reasoning",
             Phase::Summary => "summary",
+            Phase::Compaction => "compaction",
         }
     }
 
-    fn chunk_kind(self) -> EventKind {
+    /// The chunk event of this phase; `None` for a compaction.
+    fn chunk_kind(self) -> Option<EventKind> {
         match self {
-            Phase::Reasoning => EventKind::ReasoningChunk,
-            Phase::Summary => EventKind::SummaryChunk,
+            Phase::Reasoning => Some(EventKind::ReasoningChunk),
+            Phase::Summary => Some(EventKind::SummaryChunk),
+            Phase::Compaction => None,
         }
     }
 }
@@ -219,7 +224,7 @@ impl Call<'_> {
     ) -> Result<(Msg, Option<FinishReason>), Error> {
         let agent = self.agent;
         let mut finish = None;
-        let listen = self.wants(phase.chunk_kind());
+        let listen = phase.chunk_kind().is_some_and(|kind| self.wants(kind));
         let mut msg = Msg::new(Role::Assistant, Vec::new()).with_name(agent.info.name.clone());
         let mut calls: Vec<PartialCall> = Vec::new();
         let mut usage = Usage::default();
@@ -236,7 +241,9 @@ impl Call<'_> {
             let Some(item) = next else { break };
             let chunk = item.map_err(model_err)?;
             // Held deltas are released after the post-hooks accepted the turn.
-            let live = self.sink.filter(|_| !agent.hold_deltas);
+            let live = self
+                .sink
+                .filter(|_| !agent.hold_deltas && phase != Phase::Compaction);
             let started = live.and_then(|sink| forward_chunk(sink, &chunk, &calls));
             if let ModelChunk::Finish(reason) = &chunk {
                 finish = Some(reason.clone());
@@ -252,11 +259,13 @@ impl Call<'_> {
                         chunk: ModelChunk::Text(String::new()),
                         accumulated: Msg::placeholder(),
                     }),
-                    Phase::Summary => HookEvent::SummaryChunk(SummaryChunkEvent {
-                        meta: self.meta.clone(),
-                        chunk: ModelChunk::Text(String::new()),
-                        accumulated: Msg::placeholder(),
-                    }),
+                    Phase::Summary | Phase::Compaction => {
+                        HookEvent::SummaryChunk(SummaryChunkEvent {
+                            meta: self.meta.clone(),
+                            chunk: ModelChunk::Text(String::new()),
+                            accumulated: Msg::placeholder(),
+                        })
+                    }
                 });
                 swap_chunk(ev, chunk, &mut msg);
                 // Notification event: failures are logged by the chain.

@@ -66,7 +66,7 @@ pub(super) struct Call<'a> {
     /// Withdrawn turns and their corrections ([`PostReasoningEvent::retract_and_redo`]),
     /// and the re-ask after an empty turn ([`EMPTY_NUDGE`]): sent after the conversation
     /// until a turn is accepted, never stored.
-    retracted: Vec<Msg>,
+    pub(super) retracted: Vec<Msg>,
     /// The call's structured output ([`Agent::run_typed`](crate::Agent::run_typed)): its
     /// format and how it is asked for (see [`OutputMode`](super::OutputMode)).
     pub(super) output: Option<Output<'a>>,
@@ -550,6 +550,14 @@ impl Call<'_> {
         iteration: u32,
     ) -> Result<Option<Msg>, Error> {
         let agent = self.agent;
+        // Boxed: compaction is rare, and its state machine stays off this one's.
+        if agent
+            .window
+            .is_some_and(|(_, policy)| policy == super::ContextPolicy::Compact)
+            && Box::pin(self.compact_if_needed(memory)).await?
+        {
+            return Ok(None);
+        }
         let mut messages =
             Messages::from_parts(self.system.clone(), memory.shared(), self.retracted.clone());
         let mut options = self.request_options(false);

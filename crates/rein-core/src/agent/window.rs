@@ -55,10 +55,24 @@ pub enum ContextPolicy {
     /// fit, the call fails as with [`Fail`](Self::Fail). The stored conversation keeps
     /// every turn.
     DropOldest,
+    /// The oldest whole turns are summarized (no tools; a summary of at most an eighth
+    /// of the window or 512 tokens, with a quarter of the window kept for it; in rolling
+    /// calls, each with as many whole turns as
+    /// fit the window and the summary so far) and replaced by the summary in the stored
+    /// conversation, before `PreReasoning`: the summary, as a user message marked with
+    /// [`COMPACTION_KEY`](super::COMPACTION_KEY), and a short assistant acknowledgement
+    /// (which carries the session's budget record). The same turns as `DropOldest` are
+    /// kept (system prompt, current turn, pinned messages, whole tool-call pairs).
+    /// `PreCompact` hooks may change what is summarized or veto (the call then fails
+    /// with [`ErrorKind::ContextWindow`](crate::ErrorKind::ContextWindow));
+    /// `PostCompact` hooks may rewrite the summary. The summary call counts against
+    /// budgets. A request still over the window after compaction fails as with
+    /// [`Fail`](Self::Fail).
+    Compact,
 }
 
 /// The estimated tokens of `request`, with the answer's reserve.
-pub(crate) fn estimate(request: &ModelRequest) -> u64 {
+pub(super) fn estimate(request: &ModelRequest) -> u64 {
     let text = (request_bytes(request) as u64).div_ceil(WINDOW_BYTES_PER_TOKEN);
     let messages = request.messages.len() as u64 * PER_MESSAGE_TOKENS;
     let reserve = request.options.max_tokens.map_or(0, u64::from);
@@ -66,7 +80,7 @@ pub(crate) fn estimate(request: &ModelRequest) -> u64 {
 }
 
 /// Whether `msg` is kept in every window.
-fn pinned(msg: &Msg) -> bool {
+pub(super) fn pinned(msg: &Msg) -> bool {
     msg.metadata.get(PINNED_KEY).and_then(|v| v.as_bool()) == Some(true)
         && !msg
             .content
@@ -90,40 +104,23 @@ impl Call<'_> {
         if needed <= window {
             return Ok(request);
         }
-        if policy == ContextPolicy::Fail {
-            return Err(overflow(needed, window, &request, "Fail"));
+        if policy != ContextPolicy::DropOldest {
+            let name = if policy == ContextPolicy::Compact {
+                "Compact (still over the window after compaction)"
+            } else {
+                "Fail"
+            };
+            return Err(overflow(needed, window, &request, name));
         }
         let history = request.messages.history();
-        // Turn starts: where a user message begins a turn; the last one is the current.
-        let starts: Vec<usize> = history
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| m.role == Role::User)
-            .map(|(i, _)| i)
-            .collect();
-        // Drop turn by turn from the oldest, counting what is left out, never the
-        // current (last) turn.
-        let mut saved = 0u64;
-        let mut cut = 0usize;
-        for &start in starts.iter().skip(1) {
-            saved += history[cut..start]
-                .iter()
-                .filter(|m| !pinned(m))
-                .map(tokens_of)
-                .sum::<u64>();
-            cut = start;
-            if needed.saturating_sub(saved) <= window {
-                break;
-            }
-        }
-        if cut == 0 || needed.saturating_sub(saved) > window {
+        let Some(cut) = cut_index(history, needed, window) else {
             return Err(overflow(
-                needed.saturating_sub(saved),
+                needed,
                 window,
                 &request,
                 "DropOldest (the current turn alone does not fit)",
             ));
-        }
+        };
         let kept: Vec<Msg> = history[..cut]
             .iter()
             .filter(|m| pinned(m))
@@ -143,13 +140,39 @@ impl Call<'_> {
     }
 }
 
+/// Where to cut `history` (a request estimated at `needed` tokens) so that the rest fits
+/// `target`: the start of the oldest turn to keep, never past the current (last) turn;
+/// pinned messages before it count as kept. `None` when no cut fits.
+pub(super) fn cut_index(history: &[Msg], needed: u64, target: u64) -> Option<usize> {
+    // Turn starts: where a user message begins a turn; the last one is the current.
+    let starts = history
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.role == Role::User)
+        .map(|(i, _)| i);
+    let mut saved = 0u64;
+    let mut cut = 0usize;
+    for start in starts.skip(1) {
+        saved += history[cut..start]
+            .iter()
+            .filter(|m| !pinned(m))
+            .map(tokens_of)
+            .sum::<u64>();
+        cut = start;
+        if needed.saturating_sub(saved) <= target {
+            return Some(cut);
+        }
+    }
+    None
+}
+
 /// The estimated tokens `msg` adds to a request.
-fn tokens_of(msg: &Msg) -> u64 {
+pub(super) fn tokens_of(msg: &Msg) -> u64 {
     (message_bytes(msg) as u64).div_ceil(WINDOW_BYTES_PER_TOKEN) + PER_MESSAGE_TOKENS
 }
 
 /// The error for a request of `needed` estimated tokens over `window`.
-fn overflow(needed: u64, window: u64, request: &ModelRequest, policy: &str) -> Error {
+pub(super) fn overflow(needed: u64, window: u64, request: &ModelRequest, policy: &str) -> Error {
     let reserve = request.options.max_tokens.map_or(0, u64::from);
     Error::context_window(format!(
         "the model request needs about {needed} tokens ({} messages, {} tools, {reserve} \

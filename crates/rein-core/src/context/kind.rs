@@ -4,7 +4,9 @@ use std::fmt;
 
 use serde::Serialize;
 
-/// The twelve event kinds, in loop order.
+/// The fourteen event kinds: the twelve of the loop in loop order, then the two of
+/// context compaction (which fire between `PreReasoning` or `PreSummary` and its model
+/// call, when a request is compacted to fit the context window).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 #[non_exhaustive]
@@ -33,11 +35,19 @@ pub enum EventKind {
     PostCall = 10,
     /// When the call fails, before the error is returned (read-only).
     Error = 11,
+    /// Before the oldest turns are summarized to fit the context window
+    /// ([`ContextPolicy::Compact`](crate::agent::ContextPolicy::Compact)).
+    PreCompact = 12,
+    /// After the summary of the compacted turns, before it replaces them.
+    PostCompact = 13,
 }
 
 impl EventKind {
-    /// Every kind, in loop order.
-    pub const ALL: [EventKind; 12] = [
+    /// How many kinds there are.
+    pub const COUNT: usize = 14;
+
+    /// Every kind, in the order of their values (loop order, then compaction).
+    pub const ALL: [EventKind; Self::COUNT] = [
         EventKind::PreCall,
         EventKind::PreReasoning,
         EventKind::ReasoningChunk,
@@ -50,6 +60,8 @@ impl EventKind {
         EventKind::PostSummary,
         EventKind::PostCall,
         EventKind::Error,
+        EventKind::PreCompact,
+        EventKind::PostCompact,
     ];
 
     /// The kind's name, e.g. `"PreActing"`.
@@ -67,6 +79,8 @@ impl EventKind {
             EventKind::PostSummary => "PostSummary",
             EventKind::PostCall => "PostCall",
             EventKind::Error => "Error",
+            EventKind::PreCompact => "PreCompact",
+            EventKind::PostCompact => "PostCompact",
         }
     }
 

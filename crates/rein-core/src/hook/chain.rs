@@ -45,17 +45,17 @@ pub(crate) struct HookChain {
     /// Names and priorities by entry index, shared with every call's events.
     labels: Arc<[HookLabel]>,
     /// For each [`EventKind`], indexes into `entries`, in dispatch order.
-    by_kind: [Vec<u16>; 12],
+    by_kind: [Vec<u16>; EventKind::COUNT],
     /// For each [`EventKind`], whether all its subscribers are sync hooks.
-    sync_only: [bool; 12],
+    sync_only: [bool; EventKind::COUNT],
     /// For each [`EventKind`], its subscribers ready to call, in dispatch order
     /// (position `i` is entry `by_kind[kind][i]`): a dispatch walks one contiguous
     /// slice instead of indexing the entries and re-reading each one's settings.
-    runs: [Box<[Slot]>; 12],
+    runs: [Box<[Slot]>; EventKind::COUNT],
     /// For each [`EventKind`] whose subscribers are all sync hooks, the same list as
     /// bare trait objects (empty for the other kinds): the tightest loop, for the
     /// dispatch that needs no future.
-    sync_runs: [Box<[SyncSlot]>; 12],
+    sync_runs: [Box<[SyncSlot]>; EventKind::COUNT],
 }
 
 /// A sync subscriber of a sync-only event kind, ready to call.
@@ -137,7 +137,7 @@ impl HookChain {
             ));
         }
         entries.sort_by_key(|e| e.priority);
-        let mut by_kind: [Vec<u16>; 12] = Default::default();
+        let mut by_kind: [Vec<u16>; EventKind::COUNT] = Default::default();
         for kind in EventKind::ALL {
             by_kind[kind as usize] = entries
                 .iter()
@@ -151,7 +151,7 @@ impl HookChain {
                 .iter()
                 .all(|&i| entries[usize::from(i)].is_sync())
         });
-        let runs: [Box<[Slot]>; 12] = EventKind::ALL.map(|kind| {
+        let runs: [Box<[Slot]>; EventKind::COUNT] = EventKind::ALL.map(|kind| {
             by_kind[kind as usize]
                 .iter()
                 .map(|&index| slot(&entries, index))

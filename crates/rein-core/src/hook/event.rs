@@ -230,6 +230,88 @@ impl PostSummaryEvent {
     }
 }
 
+/// Fires before the oldest turns of the conversation are summarized to make a request
+/// fit the context window ([`ContextPolicy::Compact`](crate::agent::ContextPolicy::Compact)).
+/// A hook may change what is summarized, or veto the compaction (the call then fails
+/// with [`ErrorKind::ContextWindow`](crate::ErrorKind::ContextWindow): nothing is left
+/// out silently).
+#[derive(Debug)]
+#[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
+pub struct PreCompactEvent {
+    pub(crate) meta: EventMeta,
+    pub(crate) messages: Messages,
+    pub(crate) veto: Option<String>,
+}
+
+impl PreCompactEvent {
+    /// The turns to summarize (whole turns, tool calls with their results; pinned
+    /// messages are not among them: they are kept as they are).
+    #[inline]
+    pub fn messages(&self) -> &Messages {
+        &self.messages
+    }
+
+    /// Replaces what the summary call summarizes (the turns are replaced by the summary
+    /// all the same), e.g. with personal data masked.
+    pub fn set_messages(&mut self, messages: Vec<Msg>) {
+        self.meta
+            .replace_messages(EventKind::PreCompact, &mut self.messages, messages);
+    }
+
+    /// Refuses the compaction; the call fails with a context-window error naming the
+    /// reason.
+    pub fn veto(&mut self, reason: impl Into<String>) {
+        let reason = reason.into();
+        self.meta.note(
+            EventKind::PreCompact,
+            DecisionKind::Stop,
+            "compaction",
+            String::new(),
+            String::new(),
+            Some(reason.clone()),
+            None,
+        );
+        self.veto = Some(reason);
+    }
+
+    /// The veto's reason, when some hook vetoed.
+    #[inline]
+    pub fn vetoed(&self) -> Option<&str> {
+        self.veto.as_deref()
+    }
+}
+
+/// Fires after the summary model call of a compaction, before the summary replaces the
+/// compacted turns in the stored conversation.
+#[derive(Debug)]
+#[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
+pub struct PostCompactEvent {
+    pub(crate) meta: EventMeta,
+    pub(crate) message: Msg,
+    pub(crate) compacted: usize,
+}
+
+impl PostCompactEvent {
+    /// The summary, as the user message that will stand for the compacted turns.
+    #[inline]
+    pub fn message(&self) -> &Msg {
+        &self.message
+    }
+
+    /// Replaces the summary that is stored (the role is forced to `User`).
+    pub fn set_message(&mut self, mut message: Msg) {
+        message.role = Role::User;
+        self.meta
+            .replace_message(EventKind::PostCompact, &mut self.message, message);
+    }
+
+    /// How many stored messages the summary replaces.
+    #[inline]
+    pub fn compacted(&self) -> usize {
+        self.compacted
+    }
+}
+
 /// Fires once per successful call, after the reply is final and stored.
 #[derive(Debug)]
 #[repr(C)] // `meta` first at one offset in every variant: reaching it is one add.
@@ -342,6 +424,10 @@ pub enum HookEvent {
     PostCall(PostCallEvent),
     /// See [`ErrorEvent`].
     Error(ErrorEvent),
+    /// See [`PreCompactEvent`].
+    PreCompact(PreCompactEvent),
+    /// See [`PostCompactEvent`].
+    PostCompact(PostCompactEvent),
 }
 
 macro_rules! each_event {
@@ -359,6 +445,8 @@ macro_rules! each_event {
             HookEvent::PostSummary($e) => $body,
             HookEvent::PostCall($e) => $body,
             HookEvent::Error($e) => $body,
+            HookEvent::PreCompact($e) => $body,
+            HookEvent::PostCompact($e) => $body,
         }
     };
 }
@@ -379,6 +467,8 @@ impl HookEvent {
             HookEvent::PostSummary(_) => EventKind::PostSummary,
             HookEvent::PostCall(_) => EventKind::PostCall,
             HookEvent::Error(_) => EventKind::Error,
+            HookEvent::PreCompact(_) => EventKind::PreCompact,
+            HookEvent::PostCompact(_) => EventKind::PostCompact,
         }
     }
 

@@ -33,7 +33,7 @@ impl Interest {
     /// No events.
     pub const NONE: Interest = Interest(0);
     /// Every event kind.
-    pub const ALL: Interest = Interest((1 << 12) - 1);
+    pub const ALL: Interest = Interest((1 << EventKind::COUNT) - 1);
     /// Every kind except the three chunk kinds.
     pub const LIFECYCLE: Interest = Interest(
         Self::ALL.0

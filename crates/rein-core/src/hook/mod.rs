@@ -1,6 +1,6 @@
 //! The typed hook chain.
 //!
-//! A [`Hook`] is code on the agent's path. The loop fires twelve [`HookEvent`]s (see
+//! A [`Hook`] is code on the agent's path. The loop fires fourteen [`HookEvent`]s (see
 //! [`EventKind`]); each event payload carries the agent identity, the run context and
 //! the mutators that event allows (rewrite the options, the tool arguments, the tool
 //! result, the final reply; deny a tool; redo reasoning; stop for a human).
@@ -67,8 +67,8 @@ pub(crate) use decision::{Forward, TrailMode, emit_decision, forward};
 pub(crate) use erase::RegisteredHook;
 pub use erase::{HookSettings, IntoHook, RegisteredHookHandle, marker};
 pub use event::{
-    ErrorEvent, HookEvent, PostCallEvent, PostSummaryEvent, PreCallEvent, PreSummaryEvent,
-    SummaryChunkEvent,
+    ErrorEvent, HookEvent, PostCallEvent, PostCompactEvent, PostSummaryEvent, PreCallEvent,
+    PreCompactEvent, PreSummaryEvent, SummaryChunkEvent,
 };
 pub use func::{HookFn, hook_fn};
 pub use kind::{EventKind, Interest};
