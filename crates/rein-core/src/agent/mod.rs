@@ -9,7 +9,9 @@
 //! ```text
 //! call(msgs, ctx)
 //!   PreCall ─► [iteration i < max_iters]
-//!                PreReasoning ─► model.stream ─► ReasoningChunk* ─► PostReasoning
+//!                [over the context window, ContextPolicy::Compact]
+//!                  PreCompact ─► model (no tools, rolling) ─► PostCompact ─► store summary
+//!                PreReasoning ─► [window check] ─► model.stream ─► ReasoningChunk* ─► PostReasoning
 //!                  ├─ stop_agent()          → return (pending tool uses resumable)
 //!                  ├─ goto_reasoning(msgs)  → store, append msgs, reason again (bounded)
 //!                  ├─ no tool use + text    → final answer
