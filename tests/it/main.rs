@@ -11,6 +11,7 @@
 
 mod agent;
 mod chain;
+mod flow;
 mod hooks;
 mod load;
 mod mcp;

@@ -18,6 +18,7 @@ pub mod budget;
 mod context;
 mod error;
 pub mod hook;
+pub mod label;
 pub mod mcp;
 mod message;
 pub mod model;
@@ -44,6 +45,7 @@ pub use hook::{
 };
 pub use hook::{Decision, DecisionKind};
 pub use hook::{HookFn, HookSettings, hook_fn};
+pub use label::{Confidentiality, Integrity, Label};
 pub use message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
 pub use model::{
     FinishReason, GenerateOptions, Model, ModelCapabilities, ModelChunk, ModelError,
@@ -62,6 +64,6 @@ pub use subagent::{
 pub use subagent::{SubagentWorkspace, WorkspaceMode};
 pub use tool::SharedTool;
 pub use tool::{
-    EffectClass, FunctionTool, IntoTool, MAX_ARGUMENT_DEPTH, Tool, ToolContext, ToolError,
-    ToolSchema, Toolkit, ToolkitError,
+    EffectClass, FunctionTool, IntoTool, MAX_ARGUMENT_DEPTH, Tool, ToolCapabilities, ToolContext,
+    ToolError, ToolSchema, Toolkit, ToolkitError,
 };

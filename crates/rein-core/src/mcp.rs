@@ -181,6 +181,7 @@ pub struct McpServerConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) enable_tools: Option<Vec<String>>,
     pub(crate) limits: McpLimits,
+    pub(crate) capabilities: crate::label::ToolCapabilities,
 }
 
 impl McpServerConfig {
@@ -211,6 +212,7 @@ impl McpServerConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             enable_tools: None,
             limits: McpLimits::default(),
+            capabilities: crate::label::ToolCapabilities::remote(),
         }
     }
 
@@ -288,6 +290,22 @@ impl McpServerConfig {
     pub fn limits(mut self, limits: McpLimits) -> Self {
         self.limits = limits;
         self
+    }
+
+    /// What every tool of this server declares for information-flow control (default
+    /// [`ToolCapabilities::remote`](crate::label::ToolCapabilities::remote): untrusted
+    /// results, changes state, communicates outside — nothing is known about a remote
+    /// tool, so the default fails closed; the server's own tool annotations are hints
+    /// from the server and are not trusted for this). In `tools.json`, the server's
+    /// `capabilities` object.
+    pub fn capabilities(mut self, capabilities: crate::label::ToolCapabilities) -> Self {
+        self.capabilities = capabilities;
+        self
+    }
+
+    /// What every tool of this server declares ([`McpServerConfig::capabilities`]).
+    pub fn tool_capabilities(&self) -> crate::label::ToolCapabilities {
+        self.capabilities
     }
 
     /// What the server may send.
@@ -381,6 +399,7 @@ impl fmt::Debug for McpServerConfig {
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("enable_tools", &self.enable_tools)
+            .field("capabilities", &self.capabilities)
             .field("limits", &self.limits)
             .finish()
     }

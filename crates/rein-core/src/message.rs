@@ -282,3 +282,44 @@ mod tests {
         assert_eq!(two.text_cow(), two.text());
     }
 }
+
+/// Information-flow labels ([`crate::label`]).
+impl Msg {
+    /// This message's label ([`crate::label::LABEL_KEY`]): [`crate::label::Label::BOTTOM`] when absent,
+    /// [`crate::label::Label::TOP`] when present but unreadable (fails closed).
+    pub fn label(&self) -> crate::label::Label {
+        match self.metadata.get(crate::label::LABEL_KEY) {
+            None => crate::label::Label::BOTTOM,
+            Some(Value::String(s)) => s.parse().unwrap_or(crate::label::Label::TOP),
+            Some(_) => crate::label::Label::TOP,
+        }
+    }
+
+    /// Sets this message's label (removing the key for [`crate::label::Label::BOTTOM`]). An input
+    /// message that carries a label keeps it instead of the agent's input label.
+    #[must_use]
+    pub fn with_label(mut self, label: crate::label::Label) -> Self {
+        self.set_label(label);
+        self
+    }
+
+    /// Sets this message's label in place (see [`Msg::with_label`]).
+    pub fn set_label(&mut self, label: crate::label::Label) {
+        match label.stored() {
+            Some(v) => {
+                self.metadata.insert(crate::label::LABEL_KEY.to_owned(), v);
+            }
+            None => {
+                self.metadata.remove(crate::label::LABEL_KEY);
+            }
+        }
+    }
+
+    /// Raises this message's label to include `label` (a no-op for the bottom).
+    pub(crate) fn raise_label(&mut self, label: crate::label::Label) {
+        if !label.is_bottom() {
+            let joined = self.label().join(label);
+            self.set_label(joined);
+        }
+    }
+}

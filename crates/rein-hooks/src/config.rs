@@ -12,6 +12,7 @@ use super::audit::{
     TracingAuditSink,
 };
 use super::dynamic_options::{DynamicOptionsConfig, DynamicOptionsHook};
+use super::flow::{InformationFlowConfig, InformationFlowPolicy};
 use super::latency::{LatencyConfig, LatencyHook};
 use super::masking::{MaskingConfig, MaskingHook};
 use super::self_correction::{SelfCorrectionConfig, SelfCorrectionHook};
@@ -59,6 +60,9 @@ pub struct HooksConfig {
     pub tool_guard: ToolGuardConfig,
     /// [`DynamicOptionsHook`] (priority 70).
     pub dynamic_options: DynamicOptionsConfig,
+    /// [`InformationFlowPolicy`] (priority 90): tool calls judged on the labels of
+    /// the model's context (see [`rein_core::label`]).
+    pub information_flow: InformationFlowConfig,
     /// [`ApprovalHook`] (priority 100).
     pub approval: ApprovalConfig,
     /// [`TemplateLeakHook`] (priority 190): leaked chat-template markup in a reply.
@@ -134,6 +138,8 @@ pub struct AgentSection {
     pub tool_guard: Option<ToolGuardConfig>,
     /// Replaces `dynamic_options` for the agent.
     pub dynamic_options: Option<DynamicOptionsConfig>,
+    /// Replaces `information_flow` for the agent.
+    pub information_flow: Option<InformationFlowConfig>,
     /// Replaces `approval` for the agent.
     pub approval: Option<ApprovalConfig>,
     /// Replaces `template_leak` for the agent.
@@ -192,6 +198,7 @@ pub struct Hooks {
     tool_guard: Option<Arc<ToolGuardHook>>,
     latency: Option<Arc<LatencyHook>>,
     dynamic_options: Option<Arc<DynamicOptionsHook>>,
+    information_flow: Option<Arc<InformationFlowPolicy>>,
     approval: Option<Arc<ApprovalHook>>,
     template_leak: Option<Arc<TemplateLeakHook>>,
     self_correction: Option<Arc<SelfCorrectionHook>>,
@@ -216,6 +223,7 @@ impl Hooks {
             tool_guard,
             latency,
             dynamic_options,
+            information_flow,
             approval,
             template_leak,
             self_correction,
@@ -246,6 +254,9 @@ impl Hooks {
             self.tool_guard.as_ref().map(|_| "ToolGuardHook"),
             self.latency.as_ref().map(|_| "LatencyHook"),
             self.dynamic_options.as_ref().map(|_| "DynamicOptionsHook"),
+            self.information_flow
+                .as_ref()
+                .map(|_| "InformationFlowPolicy"),
             self.approval.as_ref().map(|_| "ApprovalHook"),
             self.template_leak.as_ref().map(|_| "TemplateLeakHook"),
             self.self_correction.as_ref().map(|_| "SelfCorrectionHook"),
@@ -270,6 +281,11 @@ impl Hooks {
     /// The dynamic options hook, if enabled.
     pub fn dynamic_options(&self) -> Option<&Arc<DynamicOptionsHook>> {
         self.dynamic_options.as_ref()
+    }
+
+    /// The information-flow policy, if enabled.
+    pub fn information_flow(&self) -> Option<&Arc<InformationFlowPolicy>> {
+        self.information_flow.as_ref()
     }
 
     /// The approval hook, if enabled.
@@ -341,6 +357,7 @@ impl HooksConfig {
             self_correction,
             tool_guard,
             dynamic_options,
+            information_flow,
             approval,
             template_leak
         );
@@ -375,6 +392,7 @@ impl HooksConfig {
         self.budgets.validate()?;
         let tool_guard = ToolGuardHook::new(self.tool_guard.clone())?;
         let dynamic_options = DynamicOptionsHook::new(self.dynamic_options.clone())?;
+        self.information_flow.validate()?;
         self.approval.validate()?;
         let approval = if self.approval.enabled {
             Some(ApprovalHook::new(
@@ -410,6 +428,10 @@ impl HooksConfig {
                 .dynamic_options
                 .enabled
                 .then(|| Arc::new(dynamic_options)),
+            information_flow: self
+                .information_flow
+                .enabled
+                .then(|| Arc::new(InformationFlowPolicy::new(self.information_flow.clone()))),
             approval: approval.map(Arc::new),
             template_leak: self
                 .template_leak

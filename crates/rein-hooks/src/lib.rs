@@ -65,6 +65,8 @@ pub mod bench_support;
 mod condition;
 mod config;
 mod dynamic_options;
+mod extract;
+mod flow;
 mod latency;
 mod masking;
 mod phrases;
@@ -88,6 +90,8 @@ pub use audit::{
 pub use condition::ArgCondition;
 pub use config::{AgentSection, BudgetsConfig, HookServices, Hooks, HooksConfig};
 pub use dynamic_options::{DynamicOptionsConfig, DynamicOptionsHook};
+pub use extract::{ExtractTool, MAX_CHOICES, MAX_TEXT_CHARS};
+pub use flow::{FlowAction, InformationFlowConfig, InformationFlowPolicy, ToolFlowDeclaration};
 pub use latency::{
     LatencyAgent, LatencyConfig, LatencyHook, LatencySeries, LatencySnapshot, Outcome, Segment,
     TtftMode,

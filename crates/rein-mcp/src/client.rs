@@ -228,6 +228,8 @@ struct McpTool {
     /// From the server's tool annotations (`readOnlyHint`, `idempotentHint`);
     /// at-most-once without them.
     effect: EffectClass,
+    /// The server's declared capabilities (`McpServerConfig::capabilities`).
+    capabilities: rein_core::ToolCapabilities,
 }
 
 /// The effect class an MCP tool's annotations declare: read-only for `readOnlyHint:
@@ -244,6 +246,10 @@ fn effect_of(annotations: Option<&rmcp::model::ToolAnnotations>) -> EffectClass 
 impl Tool for McpTool {
     fn effect_class(&self) -> EffectClass {
         self.effect
+    }
+
+    fn capabilities(&self) -> rein_core::ToolCapabilities {
+        self.capabilities
     }
 
     fn name(&self) -> &str {
@@ -333,6 +339,7 @@ async fn server_tools(id: &str, config: &McpServerConfig) -> Result<Vec<SharedTo
             description: format!("{description} (MCP server `{id}`)"),
             parameters,
             effect: effect_of(tool.annotations.as_ref()),
+            capabilities: config.tool_capabilities(),
         }));
     }
     Ok(tools)

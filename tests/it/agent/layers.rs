@@ -9,7 +9,7 @@
 //!
 //! | layer | units |
 //! |---|---|
-//! | 0 | `util`, `budget` (limits, prices, spend, the ledgers calls draw from) |
+//! | 0 | `util`, `budget` (limits, prices, spend, the ledgers calls draw from), `label` (information-flow labels, tool capabilities) |
 //! | 1 | `message`, `context` (AgentInfo, RunContext, Extensions, StopReason, EventKind), `strict` (SpecError, checked parsing), `mcp` (MCP server declarations: plain data) |
 //! | 2 | `error` (BuildError) |
 //! | 3 | `tool` (incl. `tool::policy`, the `tools.json` parser) |
@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 const UNITS: &[(&str, &str, u32)] = &[
     ("util", "util", 0),
     ("budget", "budget", 0),
+    ("label", "label", 0),
     ("message", "message", 1),
     ("context", "context", 1),
     ("strict", "strict", 1),

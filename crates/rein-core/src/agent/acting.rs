@@ -32,6 +32,7 @@ use super::approvals::ApprovalDecisions;
 use super::effects::{Planning, Prior};
 use super::fire::{changed, fire};
 use super::memory::CallMemory;
+use super::quarantine::{HANDLE_PREFIX, Handles, names_handles, quarantine as quarantine_result};
 use super::run::{Call, emit};
 use super::stream::AgentEvent;
 use crate::error::Error;
@@ -39,6 +40,7 @@ use crate::hook::{
     Decision, DecisionKind, Denial, EventKind, HookEvent, HumanDecision, PostActingEvent,
     PreActingEvent,
 };
+use crate::label::Label;
 use crate::message::{Msg, ToolResult, ToolUse};
 use crate::model::accumulate::normalize_arguments;
 use crate::tool::{EffectClass, ToolSchema, expects};
@@ -63,8 +65,9 @@ pub(super) enum Acted {
     Blocked(Msg, crate::context::StopReason),
 }
 
-/// What running one call gave: its result, or the calls it was suspended on.
-pub(super) type Ran = (ToolResult, Option<Vec<Value>>);
+/// What running one call gave: its result, or the calls it was suspended on, and the
+/// label of the result.
+pub(super) type Ran = (ToolResult, Option<Vec<Value>>, Label);
 
 /// A tool call after admission and `PreActing`.
 pub(super) struct Planned {
@@ -90,6 +93,12 @@ pub(super) struct Planned {
     pub(super) wait: Option<Option<ToolUse>>,
     /// What a human decided about the call (for `PostActing` and the audit).
     pub(super) human: Option<Box<HumanDecision>>,
+    /// Its arguments with the quarantined documents they name substituted (what the
+    /// tool receives; memory and hooks keep the handles).
+    pub(super) args: Option<Value>,
+    /// For a call that runs: the label of the documents its arguments name. For a
+    /// replay: the label of the settled result.
+    pub(super) flow: Label,
 }
 
 impl Planned {
@@ -105,6 +114,8 @@ impl Planned {
             resume_child: false,
             wait: None,
             human: None,
+            args: None,
+            flow: Label::BOTTOM,
         }
     }
 
@@ -134,6 +145,13 @@ impl Call<'_> {
         memory: &mut CallMemory,
         uses: Vec<ToolUse>,
     ) -> Result<Acted, Error> {
+        // The calls were made by the last model turn (or, resumed, by a stored one).
+        self.label = memory
+            .messages()
+            .iter()
+            .rev()
+            .find(|m| m.role == crate::message::Role::Assistant)
+            .map_or(Label::BOTTOM, Msg::label);
         let limit = self.agent.limits.max_tool_calls_per_turn;
         let total = uses.len();
         let journaling = memory.journaling();
@@ -150,11 +168,13 @@ impl Call<'_> {
         }
         let decisions = priors
             .iter()
-            .any(|p| !matches!(p, Prior::Fresh | Prior::Replay(_)))
+            .any(|p| !matches!(p, Prior::Fresh | Prior::Replay(..)))
             .then(|| self.ctx.extensions().get::<ApprovalDecisions>())
             .flatten();
         let mut priors = priors.into_iter();
         let mut planned = Vec::with_capacity(uses.len());
+        // The session's quarantined documents, loaded once a call names one.
+        let mut handles: Option<Handles> = None;
         for (n, tool_use) in uses.into_iter().enumerate() {
             let prior = priors.next().unwrap_or(Prior::Fresh);
             let (mut tool_use, human) =
@@ -219,7 +239,12 @@ impl Call<'_> {
                 });
                 continue;
             }
-            let mut e = self.pre_acting(tool_use, decided.clone()).await?;
+            if handles.is_none() && names_handles(&tool_use.input) {
+                handles = Some(Handles::of(memory.messages()));
+            }
+            let mut e = self
+                .pre_acting(tool_use, decided.clone(), handles.as_ref())
+                .await?;
             if human.is_some() && e.changed && e.denial.is_none() {
                 // The human decided on the call as stored; a hook changed it since.
                 let reason = format!(
@@ -276,6 +301,7 @@ impl Call<'_> {
                 crate::context::StopReason::ReasoningStopped,
             ));
         }
+        self.substitute_documents(memory, &mut planned, &mut handles);
         // Claimed durably before any of them starts.
         let claims: Vec<_> = planned
             .iter()
@@ -291,7 +317,9 @@ impl Call<'_> {
         let mut batch = None;
         let mut waiting: Vec<Value> = Vec::new();
         let mut suspended = false;
-        for (p, (result, pending)) in planned.into_iter().zip(results) {
+        let mut quarantined = 0;
+        let mut known_documents: Option<usize> = None;
+        for (p, (result, pending, label)) in planned.into_iter().zip(results) {
             if let Some(pending) = pending {
                 // No result: the call stays pending in memory and runs again when the
                 // session resumes (the subagent then resumes where it stopped).
@@ -299,7 +327,10 @@ impl Call<'_> {
                 waiting.extend(pending);
                 continue;
             }
-            let result = if self.wants(EventKind::PostActing) {
+            // What the tool returned (not a refusal of the runtime's) may be quarantined.
+            let quarantine =
+                (p.runs() || p.replay.is_some()) && self.capabilities(&p.tool_use.name).quarantined;
+            let mut result = if self.wants(EventKind::PostActing) {
                 let (result, stopped) = fire!(self, PostActing(PostActingEvent {
                     meta: self.meta.clone(),
                     tool_use: p.tool_use,
@@ -313,10 +344,24 @@ impl Call<'_> {
             } else {
                 result
             };
+            // The hooks saw the text; the model and the stream see the handle.
+            let (label, document) = if quarantine {
+                // Counted before this step stored any (the numbering is the session's).
+                let known = *known_documents.get_or_insert_with(|| match &handles {
+                    Some(h) => h.len(),
+                    None => Handles::of(memory.messages()).len(),
+                });
+                quarantined += 1;
+                let handle = format!("{HANDLE_PREFIX}{}", known + quarantined);
+                let doc = quarantine_result(&mut result, &handle, label);
+                (Label::BOTTOM, Some((handle, doc)))
+            } else {
+                (label, None)
+            };
             emit(self.sink, || AgentEvent::ToolResult(result.clone()));
             let id = (journaling && (p.journal.is_some() || p.replay.is_some()))
                 .then(|| result.id.clone());
-            batch = Some(memory.record_result(batch, result));
+            batch = Some(memory.record_labelled(batch, result, label, document));
             if let Some(id) = id {
                 self.recorded(memory, &id)?;
             }
@@ -433,11 +478,13 @@ impl Call<'_> {
         &self,
         tool_use: ToolUse,
         human: Option<Box<HumanDecision>>,
+        handles: Option<&Handles>,
     ) -> Result<PreActed, Error> {
         let chain = &self.agent.chain;
         let full = chain.subscribers(EventKind::PreActing);
         let mut event = PreActingEvent::new(self.meta.clone(), tool_use);
         event.human = human;
+        event.label = self.label;
         let mut ev = HookEvent::PreActing(event);
         let mut stale: Cow<'_, [u16]> = Cow::Borrowed(full);
         let mut passes = 0;
@@ -449,6 +496,9 @@ impl Call<'_> {
                     // Each pass is a new dispatch: a new timestamp.
                     e.meta.restamp();
                 }
+                // What the call names now (a rewrite may rename it or add a handle).
+                e.capabilities = self.capabilities(&e.tool_use.name);
+                e.argument_label = handles.map_or(Label::BOTTOM, |h| h.label_of(&e.tool_use.input));
             }
             super::fire::dispatch!(self, &mut ev, &stale)?;
             let HookEvent::PreActing(e) = &mut ev else {
@@ -496,6 +546,48 @@ impl Call<'_> {
                 original: original.map(|o| *o),
             }),
             _ => Err(changed("PreActing")),
+        }
+    }
+
+    /// Gives every call that runs the text of the quarantined documents its arguments
+    /// name (after `PreActing`: hooks saw the handles), with their label; a call
+    /// naming a document the session does not hold is refused.
+    fn substitute_documents(
+        &self,
+        memory: &CallMemory,
+        planned: &mut [Planned],
+        handles: &mut Option<Handles>,
+    ) {
+        for p in planned.iter_mut() {
+            if !p.runs() || p.wait.is_some() || !names_handles(&p.tool_use.input) {
+                continue;
+            }
+            let h = handles.get_or_insert_with(|| Handles::of(memory.messages()));
+            match h.substitute(&p.tool_use.input) {
+                Ok(Some(args)) => {
+                    p.flow = h.label_of(&p.tool_use.input);
+                    p.args = Some(args);
+                    // The tool's schema is checked on what it receives.
+                    p.checked = false;
+                }
+                Ok(None) => {}
+                Err(handle) => {
+                    let reason = format!(
+                        "Tool call `{}` was not executed: its arguments name document `{handle}`, \
+                         which this session does not hold",
+                        p.tool_use.name
+                    );
+                    self.note_runtime(
+                        DecisionKind::ToolCallRejected,
+                        "tool_use",
+                        "unknown_document",
+                        &reason,
+                        &p.tool_use.id,
+                    );
+                    p.journal = None;
+                    p.rejection = Some((reason, "unknown_document"));
+                }
+            }
         }
     }
 

@@ -248,6 +248,7 @@ impl<S> AgentBuilder<S> {
                 record_content: c.record_content,
                 tool_labels: c.tool_labels,
                 output_mode: c.output_mode,
+                input_label: c.input_label,
                 window,
                 call_budget: c.call_budget,
                 session_budget: c.session_budget,

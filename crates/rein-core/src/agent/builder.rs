@@ -148,6 +148,16 @@ impl<S> AgentBuilder<S> {
         self
     }
 
+    /// The label of the call input (user messages and the results the application
+    /// supplies) that carries none of its own ([`Msg::with_label`](crate::Msg::with_label)).
+    /// Default [`Label::BOTTOM`](crate::Label::BOTTOM): the user is trusted and their
+    /// input public. Set [`Label::UNTRUSTED`](crate::Label::UNTRUSTED) for an agent whose
+    /// input comes from outside (an inbound e-mail, a public chat). See [`crate::label`].
+    pub fn input_label(mut self, label: crate::label::Label) -> Self {
+        self.config.input_label = label;
+        self
+    }
+
     /// The model (required).
     pub fn model(mut self, m: impl Model) -> Self {
         self.config.model = Some(Arc::new(m));

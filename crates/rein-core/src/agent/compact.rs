@@ -22,6 +22,7 @@ use super::window::{ContextPolicy, cut_index, estimate, overflow, pinned, tokens
 use crate::budget::BUDGET_KEY;
 use crate::error::Error;
 use crate::hook::{EventKind, PostCompactEvent, PreCompactEvent};
+use crate::label::Label;
 use crate::message::{Msg, Role};
 use crate::model::{GenerateOptions, Messages, ModelRequest};
 
@@ -124,6 +125,10 @@ impl Call<'_> {
             .and_then(|m| m.metadata.get(BUDGET_KEY))
             .cloned();
         let replaced = compacted.len();
+        // The summary is derived from what it replaces: it carries their labels, and
+        // the quarantined documents they held stay in the session (by handle).
+        let replaced_label = Label::join_all(compacted.iter().map(Msg::label));
+        let documents = super::quarantine::collect(&compacted);
         let mut to_summarize: Messages = compacted.into();
         if self.wants(EventKind::PreCompact) {
             let (messages, veto) = fire!(self, PreCompact(PreCompactEvent {
@@ -195,6 +200,13 @@ impl Call<'_> {
                 message,
                 compacted: replaced,
             }) => { message });
+        }
+        // After the hooks: a hook rewrites the summary, not where it came from.
+        message.raise_label(replaced_label);
+        if let Some(documents) = documents {
+            message
+                .metadata
+                .insert(super::quarantine::QUARANTINE_KEY.to_owned(), documents);
         }
         let mut ack = Msg::assistant(SUMMARY_ACK)
             .synthetic()

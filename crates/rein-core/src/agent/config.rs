@@ -80,6 +80,8 @@ pub(crate) struct AgentConfig {
     /// How delegation is offered to the model (inherited: a child that delegates
     /// offers it the same way).
     pub(crate) delegation_style: DelegationStyle,
+    /// The label of unlabelled call input.
+    pub(crate) input_label: crate::label::Label,
 }
 
 impl Default for AgentConfig {
@@ -121,6 +123,7 @@ impl Default for AgentConfig {
             context_window: None,
             context_policy: ContextPolicy::Fail,
             output_mode: OutputMode::Auto,
+            input_label: crate::label::Label::BOTTOM,
             delegation_style: DelegationStyle::default(),
         }
     }
@@ -200,6 +203,7 @@ impl AgentConfig {
             context_window: self.context_window,
             context_policy: self.context_policy,
             output_mode: self.output_mode,
+            input_label: self.input_label,
             delegation_style: self.delegation_style,
         }
     }

@@ -24,7 +24,7 @@ pub(super) enum Prior {
     /// Stored as waiting for a human (a stop for approval).
     Awaiting,
     /// Settled by an earlier attempt: its result is replayed, the tool does not run.
-    Replay(ToolResult),
+    Replay(ToolResult, Option<crate::label::Label>),
     /// Claimed by an earlier attempt and to be run again (an idempotent tool, a human's
     /// retry, a delegation whose subagent waits): no hook is asked again (they saw the
     /// call's final form before it was claimed).
@@ -97,8 +97,9 @@ impl Call<'_> {
                 Some(Entry {
                     state: State::Settled,
                     result: Some(result),
+                    label,
                     ..
-                }) => Prior::Replay(result),
+                }) => Prior::Replay(result, label),
                 // Settled and recorded: the call is not pending, so this is not reached
                 // for a valid history; nothing to run.
                 Some(
@@ -162,7 +163,7 @@ impl Call<'_> {
         let mut human = None;
         match prior {
             Prior::Fresh => {}
-            Prior::Replay(result) => {
+            Prior::Replay(result, label) => {
                 self.note_runtime(
                     DecisionKind::EffectReplayed,
                     "tool_result",
@@ -170,8 +171,11 @@ impl Call<'_> {
                     "an earlier attempt ran this call and settled its result; replayed, not run again",
                     &tool_use.id,
                 );
+                // A settle before labels were stored: what the tool declares.
+                let flow = label.unwrap_or_else(|| self.capabilities(&tool_use.name).result);
                 return Planning::Done(Box::new(Planned {
                     replay: Some(result),
+                    flow,
                     ..Planned::new(tool_use)
                 }));
             }
@@ -447,12 +451,12 @@ impl Call<'_> {
     pub(super) async fn settle(
         &self,
         memory: &mut CallMemory,
-        ended: Vec<(Entry, ToolResult, bool)>,
+        ended: Vec<(Entry, ToolResult, bool, crate::label::Label)>,
     ) -> Result<(), Error> {
         if ended.is_empty() || !memory.journaling() {
             return Ok(());
         }
-        for (mut entry, result, suspended) in ended {
+        for (mut entry, result, suspended, label) in ended {
             let id = result.id.clone();
             if suspended {
                 entry.state = State::Suspended;
@@ -460,6 +464,7 @@ impl Call<'_> {
             } else {
                 entry.state = State::Settled;
                 entry.result = Some(result);
+                entry.label = Some(label);
             }
             memory.set_entry(&id, &entry);
         }

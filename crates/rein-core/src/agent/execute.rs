@@ -19,8 +19,9 @@ use super::stream::AgentEvent;
 use crate::context::{DecisionSink, EventSink};
 use crate::error::Error;
 use crate::hook::{ActingChunkEvent, DecisionKind, EventKind, Forward, HookEvent};
+use crate::label::Label;
 use crate::message::{ToolResult, ToolUse};
-use crate::tool::{EffectClass, ProgressChunk, ToolContext};
+use crate::tool::{EffectClass, ProgressChunk, ToolCapabilities, ToolContext};
 use crate::util::panic_message;
 
 impl Call<'_> {
@@ -118,10 +119,10 @@ impl Call<'_> {
                     .iter()
                     .zip(&group_results)
                     .filter(|(p, _)| p.rejection.is_none() && p.denial.is_none())
-                    .filter_map(|(p, (result, pending))| {
+                    .filter_map(|(p, (result, pending, label))| {
                         let (class, attempt, decision) = p.journal?;
                         let entry = Entry::claimed(class, attempt, decision.map(str::to_owned));
-                        Some((entry, result.clone(), pending.is_some()))
+                        Some((entry, result.clone(), pending.is_some(), *label))
                     })
                     .collect();
                 self.settle(memory, ended).await?;
@@ -130,6 +131,15 @@ impl Call<'_> {
             start = end;
         }
         Ok(results)
+    }
+
+    /// The capabilities of the agent's tool `name`, resolved (an unknown tool: what an
+    /// MCP tool is, failing closed; it never runs).
+    pub(super) fn capabilities(&self, name: &str) -> ToolCapabilities {
+        self.agent
+            .toolkit
+            .entry(name)
+            .map_or_else(ToolCapabilities::remote, |e| e.capabilities)
     }
 
     /// The effect class of the agent's tool `name` (an unknown tool never runs).
@@ -199,7 +209,7 @@ impl Call<'_> {
             .delegation
             .as_ref()
             .map(|_| Arc::new(std::sync::Mutex::new(None)));
-        let (mut result, status) = self
+        let (mut result, status, label) = self
             .run_tool_in_span(p, index, progress, suspend.clone(), decisions)
             .instrument(span.clone())
             .await;
@@ -217,7 +227,7 @@ impl Call<'_> {
             crate::observe::metrics_impl::tool_label(self.agent.tool_labels.as_deref(), name),
             status,
         );
-        (result, pending)
+        (result, pending, label)
     }
 
     /// Truncates a result longer than the agent's maximum (on a char boundary) and
@@ -245,9 +255,12 @@ impl Call<'_> {
         );
     }
 
-    /// Runs one call; returns the result and a status label (`ok`, `denied`,
+    /// Runs one call; returns the result, a status label (`ok`, `denied`,
     /// `unknown_tool`, `invalid_arguments`, `too_many_calls`, `error`, `panic`,
-    /// `timeout`).
+    /// `timeout`) and the result's information-flow label: the runtime's own refusals
+    /// are [`Label::BOTTOM`]; what a tool returned carries its declared label joined
+    /// with its arguments' documents (integrity kept when the tool endorsed it) and
+    /// whatever it raised.
     pub(super) async fn run_tool_in_span(
         &self,
         p: &Planned,
@@ -255,25 +268,31 @@ impl Call<'_> {
         progress: Option<UnboundedSender<ProgressChunk>>,
         suspend: Option<Arc<std::sync::Mutex<Option<Vec<Value>>>>>,
         decisions: Option<&DecisionSink>,
-    ) -> (ToolResult, &'static str) {
+    ) -> (ToolResult, &'static str, Label) {
         let ToolUse { id, name, input } = &p.tool_use;
         if let Some((text, status)) = &p.rejection {
-            return (ToolResult::error(id, name, text.clone()), status);
+            return (
+                ToolResult::error(id, name, text.clone()),
+                status,
+                Label::BOTTOM,
+            );
         }
         if let Some(result) = &p.replay {
-            return (result.clone(), "replayed");
+            return (result.clone(), "replayed", p.flow);
         }
         if let Some(reason) = &p.denial {
             let text = format!("Tool call `{name}` was denied: {reason}");
-            return (ToolResult::error(id, name, text), "denied");
+            return (ToolResult::error(id, name, text), "denied", Label::BOTTOM);
         }
         // Checked again: a hook may have renamed the call or rewritten its arguments.
         let Some(entry) = self.agent.toolkit.entry(name) else {
             return (
                 ToolResult::error(id, name, self.unknown_tool(name)),
                 "unknown_tool",
+                Label::BOTTOM,
             );
         };
+        let input = p.args.as_ref().unwrap_or(input);
         let args = if p.checked {
             input.clone()
         } else {
@@ -281,10 +300,15 @@ impl Call<'_> {
                 Ok(pruned) => pruned.unwrap_or_else(|| input.clone()),
                 Err(msg) => {
                     let text = self.invalid_arguments(&entry.schema, &msg);
-                    return (ToolResult::error(id, name, text), "invalid_arguments");
+                    return (
+                        ToolResult::error(id, name, text),
+                        "invalid_arguments",
+                        Label::BOTTOM,
+                    );
                 }
             }
         };
+        let flow = Arc::new(crate::tool::ResultFlow::default());
         let ctx = ToolContext {
             run: self.ctx.clone(),
             agent: Arc::clone(&self.agent.info),
@@ -301,12 +325,23 @@ impl Call<'_> {
             decisions: decisions.cloned(),
             retry: p.retry,
             resume_child: p.resume_child,
+            flow: Arc::clone(&flow),
+            call_label: self.label,
         };
         let limit = entry.tool.timeout().unwrap_or(self.agent.tool_timeout);
         // Created inside the guarded block: a tool that panics before returning its
         // future is caught too.
         let fut = AssertUnwindSafe(async { entry.tool.call(args, ctx).await }).catch_unwind();
-        match tokio::time::timeout(limit, fut).await {
+        let declared = entry.capabilities.result;
+        let ran = tokio::time::timeout(limit, fut).await;
+        let (raised, endorsed) = flow.get();
+        let carried = if endorsed {
+            Label::new(declared.integrity, p.flow.confidentiality)
+        } else {
+            p.flow
+        };
+        let label = declared.join(carried).join(raised);
+        let (result, status) = match ran {
             Ok(Ok(Ok(text))) => (ToolResult::new(id, name, text), "ok"),
             Ok(Ok(Err(e))) => (
                 ToolResult::error(id, name, format!("Tool `{name}` failed: {e}")),
@@ -324,6 +359,7 @@ impl Call<'_> {
                 ToolResult::error(id, name, format!("Tool `{name}` timed out after {limit:?}")),
                 "timeout",
             ),
-        }
+        };
+        (result, status, label)
     }
 }

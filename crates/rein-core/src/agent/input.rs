@@ -15,8 +15,16 @@ impl Call<'_> {
     pub(super) fn admit_input(
         &self,
         memory: &mut CallMemory,
-        input: Vec<Msg>,
+        mut input: Vec<Msg>,
     ) -> Result<Option<Vec<ToolUse>>, Error> {
+        let label = self.agent.input_label;
+        if !label.is_bottom() {
+            for m in &mut input {
+                if !m.metadata.contains_key(crate::label::LABEL_KEY) {
+                    m.set_label(label);
+                }
+            }
+        }
         let pending = memory.pending_tool_uses();
         let pending_ids: HashSet<&str> = pending.iter().map(|u| u.id.as_str()).collect();
         let exchanges = check_input_exchanges(memory.messages(), &pending_ids, &input)?;

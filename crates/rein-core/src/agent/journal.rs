@@ -60,6 +60,9 @@ pub(crate) struct Entry {
     /// The human decision the claim consumed (`approve`, `edit`, `retry`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) decision: Option<String>,
+    /// The settled result's label ([`crate::label`]), replayed with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) label: Option<crate::label::Label>,
 }
 
 impl Entry {
@@ -70,6 +73,7 @@ impl Entry {
             attempt,
             result: None,
             decision,
+            label: None,
         }
     }
 }

@@ -501,6 +501,26 @@ impl CallMemory {
         }
     }
 
+    /// [`CallMemory::record_result`], then raises the tool message's label by the
+    /// result's and stores the document the result was quarantined as.
+    pub(crate) fn record_labelled(
+        &mut self,
+        batch: Option<usize>,
+        result: ToolResult,
+        label: crate::label::Label,
+        document: Option<(String, serde_json::Value)>,
+    ) -> usize {
+        let i = self.record_result(batch, result);
+        // `record_result` noted the change of message `i` (or pushed it).
+        if let Some(msg) = self.messages_mut().get_mut(i) {
+            msg.raise_label(label);
+            if let Some((handle, doc)) = document {
+                super::quarantine::store(msg, handle, doc);
+            }
+        }
+        i
+    }
+
     /// Brings the conversation in line with the store (see [`Conversation::sync`]).
     async fn sync(&mut self) -> Result<(), StoreError> {
         let Self {

@@ -75,6 +75,7 @@ mod loop_limits;
 mod memory;
 mod model_turn;
 mod packed;
+pub mod quarantine;
 mod run;
 mod sessions;
 mod stream;
@@ -237,6 +238,8 @@ pub(crate) struct AgentInner {
     pub(crate) prices: Option<Arc<crate::budget::Prices>>,
     /// How structured-output calls ask for their answer ([`AgentBuilder::output_mode`]).
     pub(crate) output_mode: OutputMode,
+    /// The label of unlabelled call input ([`AgentBuilder::input_label`]).
+    pub(crate) input_label: crate::label::Label,
     /// The context window in tokens and what happens to a request over it.
     pub(crate) window: Option<(u32, ContextPolicy)>,
 }

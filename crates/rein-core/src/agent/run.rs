@@ -74,6 +74,9 @@ pub(super) struct Call<'a> {
     pub(super) ledgers: Option<super::budgets::Ledgers>,
     /// The budget that refused the next spending, for the stop that follows.
     pub(super) exhausted: Option<Box<crate::budget::BudgetExhausted>>,
+    /// The label of the last model turn: the join of the session's labels when it was
+    /// sent ([`crate::label`]); the turn's message and its tool calls carry it.
+    pub(super) label: crate::label::Label,
 }
 
 impl AgentInner {
@@ -197,6 +200,7 @@ impl AgentInner {
             output,
             ledgers,
             exhausted: None,
+            label: crate::label::Label::BOTTOM,
         };
         // Renews the lease while the call runs; a lost lease cancels it.
         let lease = memory.lease();
@@ -441,6 +445,7 @@ impl Call<'_> {
                 .wants(EventKind::PostReasoning)
                 .then(|| msg.tool_uses().into_iter().map(|u| u.id.clone()).collect());
             let (mut msg, goto, retract, stop) = self.post_reasoning(msg, iteration).await?;
+            msg.raise_label(self.label);
             if let Some(ids) = model_ids
                 && msg.has_tool_uses()
             {
@@ -558,6 +563,8 @@ impl Call<'_> {
         {
             return Ok(None);
         }
+        // Everything the session holds influenced this turn.
+        self.label = crate::label::Label::join_all(memory.messages().iter().map(Msg::label));
         let mut messages =
             Messages::from_parts(self.system.clone(), memory.shared(), self.retracted.clone());
         let mut options = self.request_options(false);

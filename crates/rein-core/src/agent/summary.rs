@@ -77,6 +77,7 @@ impl Call<'_> {
             "cancelled: maximum iterations ({}) reached",
             agent.max_iters
         ));
+        self.label = crate::label::Label::join_all(memory.messages().iter().map(Msg::label));
         let mut messages = Messages::from_parts(
             self.system.clone(),
             memory.shared(),
@@ -116,6 +117,7 @@ impl Call<'_> {
                 message: summary,
             }) => { message });
         }
+        summary.raise_label(self.label);
         self.release(&summary);
         memory.push(summary.clone());
         Ok(Some(summary))

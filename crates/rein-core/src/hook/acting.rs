@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use super::decision::DecisionKind;
+use crate::label::Label;
 use crate::message::{ToolResult, ToolUse};
+use crate::tool::ToolCapabilities;
 
 use super::EventKind;
 use super::meta::EventMeta;
@@ -49,6 +51,15 @@ pub struct PreActingEvent {
     pub(crate) human: Option<Box<HumanDecision>>,
     /// A hook asked to stop the call for a human ([`PreActingEvent::stop_for_human`]).
     pub(crate) wait: bool,
+    /// The label of the model turn that made the call.
+    pub(crate) label: Label,
+    /// The join of the labels of the quarantined documents the arguments name (kept
+    /// current by the runtime between passes).
+    pub(crate) argument_label: Label,
+    /// The capabilities of the tool the call names now.
+    pub(crate) capabilities: ToolCapabilities,
+    /// Why a hook stopped the call for a human.
+    pub(crate) wait_reason: Option<Box<str>>,
 }
 
 impl PreActingEvent {
@@ -63,7 +74,35 @@ impl PreActingEvent {
             original: None,
             human: None,
             wait: false,
+            label: Label::BOTTOM,
+            argument_label: Label::BOTTOM,
+            capabilities: ToolCapabilities::default(),
+            wait_reason: None,
         }
+    }
+
+    /// The label of the model turn that made this call: the join of the labels of
+    /// everything in the session when the model answered (see [`crate::label`]). An
+    /// untrusted label means content an attacker could have written was in the model's
+    /// context, so it may have chosen this call.
+    #[inline]
+    pub fn label(&self) -> Label {
+        self.label
+    }
+
+    /// The join of the labels of the quarantined documents (`$docN`) the call's
+    /// arguments name: what flows into the tool when the runtime substitutes them after
+    /// `PreActing`. [`Label::BOTTOM`] when the arguments name none. Follows rewrites.
+    #[inline]
+    pub fn argument_label(&self) -> Label {
+        self.argument_label
+    }
+
+    /// What the tool this call names declares ([`Tool::capabilities`](crate::Tool::capabilities)),
+    /// with `changes_state` resolved against its effect class. Follows renames.
+    #[inline]
+    pub fn tool_capabilities(&self) -> ToolCapabilities {
+        self.capabilities
     }
 
     /// Stops the call for a human instead of running this tool call: nothing of this
@@ -79,6 +118,39 @@ impl PreActingEvent {
         if self.denial.is_none() {
             self.wait = true;
         }
+    }
+
+    /// [`PreActingEvent::stop_for_human`], with the reason a human is needed: recorded
+    /// in the decision trail ([`DecisionKind::ApprovalRequired`]) and readable by later
+    /// hooks (the audit) through [`PreActingEvent::stop_reason`]. The first reason is
+    /// kept.
+    pub fn stop_for_human_because(&mut self, reason: impl Into<String>) {
+        if self.denial.is_some() {
+            return;
+        }
+        self.wait = true;
+        if self.wait_reason.is_none() {
+            let reason = reason.into();
+            if self.meta.recording() {
+                let id = self.tool_use.id.clone();
+                self.meta.note(
+                    super::EventKind::PreActing,
+                    DecisionKind::ApprovalRequired,
+                    "approval",
+                    "false".into(),
+                    "true".into(),
+                    Some(reason.clone()),
+                    Some(&id),
+                );
+            }
+            self.wait_reason = Some(reason.into_boxed_str());
+        }
+    }
+
+    /// Why a hook stopped this call for a human, when it said
+    /// ([`PreActingEvent::stop_for_human_because`]).
+    pub fn stop_reason(&self) -> Option<&str> {
+        self.wait_reason.as_deref()
     }
 
     /// Whether a hook asked to stop for a human on this call in the current pass.
@@ -164,6 +236,7 @@ impl PreActingEvent {
             self.tool_use.input = tool_use.input;
             // A stop for a human was decided on the old form; the hooks decide again.
             self.wait = false;
+            self.wait_reason = None;
         }
     }
 

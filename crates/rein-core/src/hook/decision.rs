@@ -59,6 +59,10 @@ pub enum DecisionKind {
     /// A budget ran out ([`crate::budget`]): `before` names the budget (scope and kind),
     /// `after` what was used against its limit; the call stopped before the spending.
     BudgetExhausted,
+    /// A `PreActing` hook stopped a tool call for a human and said why
+    /// ([`PreActingEvent::stop_for_human_because`](crate::PreActingEvent::stop_for_human_because));
+    /// `reason` holds it (an information-flow policy names the label).
+    ApprovalRequired,
 }
 
 impl DecisionKind {
@@ -81,6 +85,7 @@ impl DecisionKind {
             DecisionKind::EffectReplayed => "effect_replayed",
             DecisionKind::OutcomeUnknown => "outcome_unknown",
             DecisionKind::BudgetExhausted => "budget_exhausted",
+            DecisionKind::ApprovalRequired => "approval_required",
         }
     }
 }

@@ -101,6 +101,10 @@ pub(crate) trait Rule: Sized {
         Err(at.reject(self.expected(), Unexpected::Str(v)))
     }
 
+    fn bool<E: de::Error>(self, at: Site<'_>, v: bool) -> Result<Self::Out, E> {
+        Err(at.reject(self.expected(), Unexpected::Bool(v)))
+    }
+
     fn int<E: de::Error>(self, at: Site<'_>, v: i128) -> Result<Self::Out, E> {
         Err(at.reject(
             self.expected(),
@@ -155,7 +159,7 @@ impl<'de, R: Rule> Visitor<'de> for Check<'_, R> {
     }
 
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<R::Out, E> {
-        Err(self.at.reject(self.rule.expected(), Unexpected::Bool(v)))
+        self.rule.bool(self.at, v)
     }
 
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<R::Out, E> {

@@ -25,7 +25,9 @@ use crate::error::{BuildError, BuildErrorKind};
 use crate::message::Msg;
 use crate::model::GenerateOptions;
 use crate::tool::policy::check_allowlist;
-use crate::tool::{EffectClass, SharedTool, Tool, ToolContext, ToolError, ToolSchema, expects};
+use crate::tool::{
+    EffectClass, SharedTool, Tool, ToolCapabilities, ToolContext, ToolError, ToolSchema, expects,
+};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// Where a subagent comes from.
@@ -458,10 +460,12 @@ async fn delegate(
     // A call suspended on the subagent's waiting calls resumes the subagent.
     // Recorded in this process, or in the session's journal (by any replica).
     let resumes = delegation.resumes(ctx.tool_use_id());
+    // The task was written by a model turn with the call's label: the subagent's
+    // context starts from it.
     let input = if resumes || ctx.resume_child {
         Vec::new()
     } else {
-        vec![Msg::user(task)]
+        vec![Msg::user(task).with_label(ctx.call_label())]
     };
     let path = format!("{}/{id}", delegation.template.path);
     let run = async {
@@ -505,6 +509,8 @@ async fn delegate(
     };
     match result {
         Ok(outcome) => {
+            // Everything the subagent saw shaped its reply.
+            ctx.raise_result_label(outcome.reply.label());
             if let Some(waiting) = waiting_calls(delegation, &outcome)
                 && ctx.suspend(waiting)
             {
@@ -579,6 +585,14 @@ impl Tool for SpawnTool {
     /// tools that must not run twice, and sending its task again would start them
     /// anew. A delegation whose outcome is unknown stops for a human; one suspended on
     /// its subagent's waiting calls resumes that subagent.
+    /// Neither changes state nor sends anything out itself: the subagent's own calls
+    /// are judged inside it, where its context starts from this call's label (its
+    /// task carries it) and the inherited policy hooks run. Its result carries the
+    /// label of everything the subagent saw.
+    fn capabilities(&self) -> ToolCapabilities {
+        ToolCapabilities::new().changes_state(false)
+    }
+
     fn effect_class(&self) -> EffectClass {
         EffectClass::AtMostOnce
     }
@@ -683,6 +697,14 @@ impl Tool for AskTool {
     }
 
     /// Journaled like `agent_spawn` (see [`SpawnTool`]'s effect class).
+    /// Neither changes state nor sends anything out itself: the subagent's own calls
+    /// are judged inside it, where its context starts from this call's label (its
+    /// task carries it) and the inherited policy hooks run. Its result carries the
+    /// label of everything the subagent saw.
+    fn capabilities(&self) -> ToolCapabilities {
+        ToolCapabilities::new().changes_state(false)
+    }
+
     fn effect_class(&self) -> EffectClass {
         EffectClass::AtMostOnce
     }

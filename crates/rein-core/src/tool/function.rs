@@ -9,7 +9,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use super::{EffectClass, Tool, ToolContext, ToolError};
+use super::{EffectClass, Tool, ToolCapabilities, ToolContext, ToolError};
 
 type Handler =
     dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<String, ToolError>> + Send + Sync;
@@ -43,6 +43,7 @@ pub struct FunctionTool {
     concurrency_safe: bool,
     timeout: Option<Duration>,
     effect: EffectClass,
+    capabilities: ToolCapabilities,
     handler: Arc<Handler>,
 }
 
@@ -80,6 +81,7 @@ impl FunctionTool {
             concurrency_safe: true,
             timeout: None,
             effect: EffectClass::AtMostOnce,
+            capabilities: ToolCapabilities::default(),
             handler: Arc::new(move |v, ctx| f(v, ctx).boxed()),
         }
     }
@@ -120,6 +122,14 @@ impl FunctionTool {
     pub fn idempotent(self) -> Self {
         self.effect(EffectClass::Idempotent)
     }
+
+    /// Declares what the tool can do and the label of its results (default
+    /// [`ToolCapabilities::default`]; see [`Tool::capabilities`]).
+    #[must_use]
+    pub fn capabilities(mut self, capabilities: ToolCapabilities) -> Self {
+        self.capabilities = capabilities;
+        self
+    }
 }
 
 impl fmt::Debug for FunctionTool {
@@ -151,6 +161,9 @@ impl Tool for FunctionTool {
     }
     fn effect_class(&self) -> EffectClass {
         self.effect
+    }
+    fn capabilities(&self) -> ToolCapabilities {
+        self.capabilities
     }
     fn call(
         &self,

@@ -31,6 +31,7 @@ mod toolkit;
 mod typed;
 pub(crate) use typed::{deserialize_at, schema_for};
 
+pub use crate::label::ToolCapabilities;
 pub use effect::EffectClass;
 pub(crate) use effect::idempotency_key;
 pub(crate) use expects::expects;
@@ -127,6 +128,15 @@ pub trait Tool: Send + Sync + 'static {
         EffectClass::AtMostOnce
     }
 
+    /// What the tool declares for information-flow control: the label of its results,
+    /// whether it changes state or communicates outside, whether its results are
+    /// quarantined (see [`ToolCapabilities`]). Read once, at registration. Default
+    /// [`ToolCapabilities::default`]: trusted, public results; changes state unless
+    /// [`EffectClass::ReadOnly`]; not external.
+    fn capabilities(&self) -> ToolCapabilities {
+        ToolCapabilities::default()
+    }
+
     /// Runs the tool with validated arguments. The returned text is what the model
     /// reads; an `Err` becomes an error result. Implement with `async fn`.
     fn call(
@@ -149,6 +159,7 @@ trait DynTool: Send + Sync + 'static {
     fn concurrency_safe(&self) -> bool;
     fn timeout(&self) -> Option<Duration>;
     fn effect_class(&self) -> EffectClass;
+    fn capabilities(&self) -> ToolCapabilities;
     fn call_erased(&self, input: Value, ctx: ToolContext) -> ErasedToolFuture<'_>;
 }
 
@@ -170,6 +181,9 @@ impl<T: Tool> DynTool for T {
     }
     fn effect_class(&self) -> EffectClass {
         Tool::effect_class(self)
+    }
+    fn capabilities(&self) -> ToolCapabilities {
+        Tool::capabilities(self)
     }
     fn call_erased(&self, input: Value, ctx: ToolContext) -> ErasedToolFuture<'_> {
         stackfuture::StackFuture::from_or_box(Tool::call(self, input, ctx))
@@ -224,6 +238,11 @@ impl SharedTool {
     /// [`Tool::effect_class`].
     pub fn effect_class(&self) -> EffectClass {
         self.0.effect_class()
+    }
+
+    /// [`Tool::capabilities`].
+    pub fn capabilities(&self) -> ToolCapabilities {
+        self.0.capabilities()
     }
 
     /// [`Tool::call`], with the future erased.
@@ -304,6 +323,29 @@ pub struct ToolContext {
     /// A delegation call resuming the subagent that waits below it (recorded in the
     /// session's journal), rather than sending its task anew.
     pub(crate) resume_child: bool,
+    /// What the tool said about its result's label (read by the runtime after the call).
+    pub(crate) flow: Arc<ResultFlow>,
+    /// The label of the model turn that made the call.
+    pub(crate) call_label: crate::label::Label,
+}
+
+/// What a running tool said about its result's label ([`ToolContext::raise_result_label`],
+/// [`ToolContext::endorse_result`]).
+#[derive(Debug, Default)]
+pub(crate) struct ResultFlow {
+    raised: std::sync::atomic::AtomicU8,
+    endorsed: std::sync::atomic::AtomicBool,
+}
+
+impl ResultFlow {
+    /// The label the tool raised its result to, and whether it endorsed it.
+    pub(crate) fn get(&self) -> (crate::label::Label, bool) {
+        use std::sync::atomic::Ordering;
+        (
+            crate::label::Label::from_bits(self.raised.load(Ordering::Acquire)),
+            self.endorsed.load(Ordering::Acquire),
+        )
+    }
 }
 
 impl ToolContext {
@@ -355,6 +397,37 @@ impl ToolContext {
     /// first attempt.
     pub fn is_retry(&self) -> bool {
         self.retry
+    }
+
+    /// The label of the model turn that made this call (see
+    /// [`PreActingEvent::label`](crate::hook::PreActingEvent::label)): what a tool
+    /// passes on when it hands the call's arguments to another model (a delegation
+    /// labels its subagent's task with it).
+    pub fn call_label(&self) -> crate::label::Label {
+        self.call_label
+    }
+
+    /// Raises the label of this call's result to include `label` (never lowers it):
+    /// for a tool that learns only while it runs where its data came from (a fetch
+    /// that followed a redirect off-site, a delegation whose subagent read untrusted
+    /// content). Joined with what the tool declares
+    /// ([`ToolCapabilities::result`]) and what its arguments carried.
+    pub fn raise_result_label(&self, label: crate::label::Label) {
+        self.flow
+            .raised
+            .fetch_or(label.bits(), std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Endorses this call's result: its integrity is the tool's declared one, not
+    /// lowered by the quarantined documents its arguments carried (their
+    /// confidentiality still flows). For a tool whose output cannot carry
+    /// instructions whatever its input said — a bool, or one of a few values the
+    /// caller listed — such as an extraction tool. An endorsement is a trust decision
+    /// of the tool's author; a tool that returns free text must not make it.
+    pub fn endorse_result(&self) {
+        self.flow
+            .endorsed
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Emits a progress chunk. It fires an `ActingChunk` hook event and, on

@@ -36,6 +36,9 @@ pub enum ToolkitError {
 pub(crate) struct ToolEntry {
     pub(crate) tool: SharedTool,
     pub(crate) schema: ToolSchema,
+    /// The tool's declared capabilities, `changes_state` resolved against its effect
+    /// class (read once, here).
+    pub(crate) capabilities: super::ToolCapabilities,
     validator: jsonschema::Validator,
     /// Top-level properties not listed in `required`, for null pruning.
     optional: Vec<String>,
@@ -103,9 +106,14 @@ impl ToolEntry {
             description: tool.description().to_owned(),
             parameters,
         };
+        let mut capabilities = tool.capabilities();
+        capabilities
+            .changes_state
+            .get_or_insert(!matches!(tool.effect_class(), super::EffectClass::ReadOnly));
         Ok(Self {
             tool,
             schema,
+            capabilities,
             validator,
             optional,
         })

@@ -314,6 +314,19 @@ impl AuditHook {
                 } else {
                     Vec::new()
                 };
+                // A stop for a human with a reason: nothing of the turn runs, so no
+                // `PostActing` comes for it; recorded here.
+                let stopped = match (e.is_stopped_for_human(), e.stop_reason()) {
+                    (true, Some(reason)) => {
+                        let mut r = AuditRecord::new(AuditKind::ApprovalRequired, ts(), agent, ctx);
+                        r.tool_call_id = Some(id.to_owned());
+                        r.tool = Some(e.tool_use().name.clone());
+                        r.args = Some(self.args(&e.tool_use().input));
+                        r.reason = Some(self.mask_text(reason));
+                        Some(r)
+                    }
+                    _ => None,
+                };
                 event.state().with(self.id, AuditRun::default, |run| {
                     // The hook runs again when a later hook rewrote the call: one entry
                     // per call, the first start kept.
@@ -338,7 +351,7 @@ impl AuditHook {
                         }
                     }
                 });
-                None
+                stopped
             }
             HookEvent::PostActing(e) => {
                 let tu = e.tool_use();

@@ -23,6 +23,10 @@ pub enum AuditKind {
     ReasoningRedone,
     /// The reply of a successful call (`final-answer`).
     FinalAnswer,
+    /// A `PreActing` hook stopped a tool call for a human and said why
+    /// (`approval-required`; the reason in `reason`, e.g. the information-flow rule and
+    /// label that needs the human).
+    ApprovalRequired,
     /// A failed call (`error`).
     Error,
 }
@@ -35,6 +39,7 @@ impl AuditKind {
             AuditKind::ToolDenied => "tool-denied",
             AuditKind::ReasoningRedone => "reasoning-redone",
             AuditKind::FinalAnswer => "final-answer",
+            AuditKind::ApprovalRequired => "approval-required",
             AuditKind::Error => "error",
         }
     }

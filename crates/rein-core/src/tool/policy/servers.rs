@@ -5,8 +5,10 @@ use std::time::Duration;
 use indexmap::IndexMap;
 use serde::de::{self, MapAccess, SeqAccess, Unexpected};
 
+use crate::label::{Confidentiality, Label};
 use crate::mcp::{McpServerConfig, McpTransport, check_server_id};
 use crate::strict::{Check, NamesRule, Rule, Site, SpecErrorKind, key_check};
+use crate::tool::ToolCapabilities;
 
 const SERVER_KEYS: &[&str] = &[
     "transport",
@@ -17,6 +19,15 @@ const SERVER_KEYS: &[&str] = &[
     "headers",
     "timeout_seconds",
     "enable_tools",
+    "capabilities",
+];
+
+const CAPABILITY_KEYS: &[&str] = &[
+    "result",
+    "changes_state",
+    "external",
+    "ceiling",
+    "quarantined",
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -322,6 +333,7 @@ impl Rule for Server<'_> {
         let mut seen = Vec::new();
         let (mut kind, mut command, mut args, mut vars) = (None, None, None, None);
         let (mut url, mut headers, mut timeout, mut enable) = (None, None, None, None);
+        let mut caps = None;
         while let Some(key) = map.next_key_seed(key_check(ctx, SERVER_KEYS, &seen))? {
             seen.push(key);
             let path = format!("{base}.{key}");
@@ -337,7 +349,10 @@ impl Rule for Server<'_> {
                 "timeout_seconds" => {
                     timeout = Some(map.next_value_seed(Check::new(site, Seconds))?)
                 }
-                _ => enable = Some(map.next_value_seed(Check::new(site, EnabledTools))?),
+                "enable_tools" => {
+                    enable = Some(map.next_value_seed(Check::new(site, EnabledTools))?)
+                }
+                _ => caps = Some(map.next_value_seed(Check::new(site, Capabilities))?),
             }
         }
         let kind = match (kind, command.is_some(), url.is_some()) {
@@ -407,6 +422,95 @@ impl Rule for Server<'_> {
         if let Some(names) = enable {
             config = config.enable_tools(names);
         }
+        if let Some(caps) = caps {
+            config = config.capabilities(caps);
+        }
         Ok(config)
+    }
+}
+
+/// `capabilities`: what every tool of the server declares for information-flow control
+/// (keys as [`ToolCapabilities`]'s fields; absent keys keep what an MCP tool is by
+/// default, [`ToolCapabilities::remote`]).
+pub(crate) struct Capabilities;
+
+impl Rule for Capabilities {
+    type Out = ToolCapabilities;
+
+    fn expected(&self) -> &'static str {
+        "an object with `result`, `changes_state`, `external`, `ceiling` or `quarantined`"
+    }
+
+    fn map<'de, A: MapAccess<'de>>(
+        self,
+        at: Site<'_>,
+        mut map: A,
+    ) -> Result<ToolCapabilities, A::Error> {
+        let ctx = at.ctx;
+        let base = at.key.unwrap_or("capabilities");
+        let mut caps = ToolCapabilities::remote();
+        let mut seen = Vec::new();
+        while let Some(key) = map.next_key_seed(key_check(ctx, CAPABILITY_KEYS, &seen))? {
+            seen.push(key);
+            let path = format!("{base}.{key}");
+            let site = Site::key(ctx, &path);
+            match key {
+                "result" => caps.result = map.next_value_seed(Check::new(site, LabelRule))?,
+                "changes_state" => {
+                    caps.changes_state = Some(map.next_value_seed(Check::new(site, Flag))?)
+                }
+                "external" => caps.external = map.next_value_seed(Check::new(site, Flag))?,
+                "ceiling" => caps.ceiling = map.next_value_seed(Check::new(site, Ceiling))?,
+                _ => caps.quarantined = map.next_value_seed(Check::new(site, Flag))?,
+            }
+        }
+        Ok(caps)
+    }
+}
+
+/// `true` or `false`.
+pub(crate) struct Flag;
+
+impl Rule for Flag {
+    type Out = bool;
+
+    fn expected(&self) -> &'static str {
+        "true or false"
+    }
+
+    fn bool<E: de::Error>(self, _at: Site<'_>, v: bool) -> Result<bool, E> {
+        Ok(v)
+    }
+}
+
+/// A label such as `"untrusted/private"` (see [`Label`]'s `FromStr`).
+pub(crate) struct LabelRule;
+
+impl Rule for LabelRule {
+    type Out = Label;
+
+    fn expected(&self) -> &'static str {
+        "a label: `trusted` or `untrusted`, and/or `public`, `private` or `secret` (e.g. \"untrusted/private\")"
+    }
+
+    fn str<E: de::Error>(self, at: Site<'_>, v: &str) -> Result<Label, E> {
+        v.parse()
+            .map_err(|_| at.reject(self.expected(), Unexpected::Str(v)))
+    }
+}
+
+/// `"public"`, `"private"` or `"secret"`.
+pub(crate) struct Ceiling;
+
+impl Rule for Ceiling {
+    type Out = Confidentiality;
+
+    fn expected(&self) -> &'static str {
+        "\"public\", \"private\" or \"secret\""
+    }
+
+    fn str<E: de::Error>(self, at: Site<'_>, v: &str) -> Result<Confidentiality, E> {
+        v.parse()
+            .map_err(|_| at.reject(self.expected(), Unexpected::Str(v)))
     }
 }
