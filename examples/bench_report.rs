@@ -12,7 +12,7 @@
 //! `w1_us= hooks10_ratio= synchooks10_ratio= production_ratio= history1000_ratio=
 //! unsubscribed_ns= w2_rss_mb= session_bytes=`, then the other figures (the scale
 //! figures below, streaming, masking, and the hooks' absolute cost:
-//! `hooks10_added_us= synchooks10_added_us= production_added_us= budget_added_us=`, the µs each set
+//! `hooks10_added_us= synchooks10_added_us= production_added_us= budget_added_us= labels_added_us=`, the µs each set
 //! adds to a W1 call in this run), where `hooks10_ratio` is the `async fn` hooks'
 //! ratio (the conservative one).
 //!
@@ -509,9 +509,17 @@ fn main() {
     let hooked_sync = w1_sync_agent(10);
     let production = w1_production_agent();
     let budgeted = support::w1_budget_agent();
+    let labelled = support::w1_labels_agent();
     let w1 = interleaved(
         &rt,
-        &[&plain, &hooked, &hooked_sync, &production, &budgeted],
+        &[
+            &plain,
+            &hooked,
+            &hooked_sync,
+            &production,
+            &budgeted,
+            &labelled,
+        ],
         rounds,
         batch,
     );
@@ -567,6 +575,12 @@ fn main() {
         "W1 per call, call budget on (tokens, calls)",
         w1[4],
         w1[4] - w1[0]
+    );
+    println!(
+        "{:<52} {:>9.2} µs (+{:.2} µs)",
+        "W1 per call, untrusted tool + information-flow policy",
+        w1[5],
+        w1[5] - w1[0]
     );
     println!(
         "{:<52} {:>9.2} ns",
@@ -660,7 +674,8 @@ fn main() {
          production_calls_per_s={:.0} production_p99_us={:.1} chunk_ns={:.1} \
          observed_chunk_ns={:.1} masked_chunk_ns={:.1} mask_mb_s={:.0} mask_worst_mb_s={:.0} \
          hooks10_added_us={:.2} synchooks10_added_us={:.2} production_added_us={:.2} \
-         budget_added_us={:.2} redis_1000_over_10={} postgres_1000_over_10={} {provider_summary} {million_keys}",
+         budget_added_us={:.2} labels_added_us={:.2} redis_1000_over_10={} postgres_1000_over_10={} \
+         {provider_summary} {million_keys}",
         w1[0],
         w1[1] / w1[0],
         w1[2] / w1[0],
@@ -684,6 +699,7 @@ fn main() {
         w1[2] - w1[0],
         w1[3] - w1[0],
         w1[4] - w1[0],
+        w1[5] - w1[0],
         store_ratio("redis"),
         store_ratio("postgres"),
     );

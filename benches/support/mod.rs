@@ -180,6 +180,23 @@ pub fn w1_budget_agent() -> Agent {
         .unwrap()
 }
 
+/// The W1 agent with labels in play: `add` declares untrusted results (so the answer
+/// is stamped with the session's join) and the information-flow policy judges the call
+/// (trusted context: it runs). What label tracking and the policy add to a call.
+pub fn w1_labels_agent() -> Agent {
+    let mut tools = Toolkit::new();
+    tools
+        .register(add_tool().capabilities(ToolCapabilities::new().untrusted()))
+        .unwrap();
+    base_builder()
+        .toolkit(tools)
+        .hook(rein::hooks::InformationFlowPolicy::new(
+            rein::hooks::InformationFlowConfig::default(),
+        ))
+        .build()
+        .unwrap()
+}
+
 /// The W1 agent with `hooks` no-op hooks ([`Noop`]) subscribed to every event.
 pub fn w1_agent(hooks: usize) -> Agent {
     w1_agent_with(hooks, || Noop {

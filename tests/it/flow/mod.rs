@@ -4,6 +4,7 @@
 //! prompt-injection benchmark.
 
 mod bench;
+mod fuzz;
 mod labels;
 mod policy;
 mod quarantine;
