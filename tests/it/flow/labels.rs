@@ -291,3 +291,118 @@ async fn a_delegated_task_carries_the_parents_label_into_the_subagent() {
     assert_eq!(task.text(), "refund 900 to X");
     assert_eq!(task.label(), Label::UNTRUSTED);
 }
+
+#[tokio::test]
+async fn a_result_replayed_from_the_journal_keeps_its_label() {
+    let store = Arc::new(InMemorySessionStore::new());
+    let log = Log::default();
+    // An earlier attempt (another replica) settled an untrusted fetch, then died
+    // before recording it.
+    let mut call = Msg::assistant("");
+    call.content.push(ContentBlock::ToolUse(ToolUse::new(
+        "c1",
+        "fetch_page",
+        json!({}),
+    )));
+    call.metadata.insert(
+        rein::agent::JOURNAL_KEY.to_owned(),
+        json!({"c1": {"state": "settled", "class": "at_most_once", "attempt": 1,
+                      "result": {"id": "c1", "name": "fetch_page", "content": INJECTED, "is_error": false},
+                      "label": "untrusted/public"}}),
+    );
+    store
+        .save(&key("j"), &[Msg::user("fetch it"), call], 0)
+        .await
+        .unwrap();
+    let fetch = FunctionTool::new(
+        "fetch_page",
+        "Fetches.",
+        json!({"type": "object"}),
+        |_| async { Ok("never run".to_owned()) },
+    );
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("issue_refund", json!({"amount": 900})),
+        ScriptedTurn::text("waiting"),
+    ]);
+    let agent = builder_with_tools(&model, vec![fetch, issue_refund(&log)])
+        .session_store(Arc::clone(&store))
+        .hook(policy())
+        .build()
+        .unwrap();
+    let out = agent
+        .run(vec![Msg::user("then refund")], session("j"))
+        .await
+        .unwrap();
+    let stored = agent.messages(&key("j")).await;
+    let replayed = stored
+        .iter()
+        .find(|m| m.tool_results().iter().any(|r| r.id == "c1"))
+        .unwrap();
+    assert_eq!(replayed.label(), Label::UNTRUSTED, "{replayed:?}");
+    assert_eq!(out.reason, StopReason::ReasoningStopped);
+    assert!(log.entries().is_empty());
+}
+
+#[tokio::test]
+async fn quarantined_documents_survive_compaction_by_handle() {
+    let log = Log::default();
+    let inbox = FunctionTool::new(
+        "read_inbox",
+        "Reads.",
+        json!({"type": "object"}),
+        |_| async { Ok(INJECTED.to_owned()) },
+    )
+    .read_only()
+    .capabilities(ToolCapabilities::new().untrusted().quarantined());
+    let archive_log = log.clone();
+    let archive = FunctionTool::new(
+        "archive",
+        "Archives.",
+        json!({"type": "object", "properties": {"text": {"type": "string"}}}),
+        move |args| {
+            let log = archive_log.clone();
+            async move {
+                log.push(format!("archive:{}", args["text"].as_str().unwrap_or("")));
+                Ok("ok".to_owned())
+            }
+        },
+    );
+    // Turn 1 quarantines the e-mail; then a long chat forces a compaction; the last
+    // turn still passes the handle.
+    let reasoning = ScriptedModel::new([
+        ScriptedTurn::tool_call("read_inbox", json!({})),
+        ScriptedTurn::text("stored as $doc1"),
+        ScriptedTurn::tool_call("archive", json!({"text": "$doc1"})),
+        ScriptedTurn::text("archived"),
+    ]);
+    let agent = builder_with_tools(&ScriptedModel::new([]), vec![inbox, archive])
+        .model(Summarizer(reasoning))
+        .context_window(900)
+        .context_policy(ContextPolicy::Compact)
+        .build()
+        .unwrap();
+    agent
+        .call_with(vec![Msg::user("read my inbox")], session("q"))
+        .await
+        .unwrap();
+    let mut stored = agent.messages(&key("q")).await;
+    for i in 0..8 {
+        stored.push(Msg::user(format!("turn {i}: {}", "x".repeat(300))));
+        stored.push(Msg::assistant(format!("answer {i}")));
+    }
+    agent.set_messages(&key("q"), stored).await.unwrap();
+    agent
+        .call_with(vec![Msg::user("archive $doc1")], session("q"))
+        .await
+        .unwrap();
+    let after = agent.messages(&key("q")).await;
+    assert!(
+        after
+            .iter()
+            .any(|m| m.metadata.contains_key(rein::agent::COMPACTION_KEY)
+                && m.metadata
+                    .contains_key(rein::agent::quarantine::QUARANTINE_KEY)),
+        "the summary holds the document"
+    );
+    assert_eq!(log.entries(), [format!("archive:{INJECTED}")]);
+}
