@@ -92,14 +92,15 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Median µs per call over `rounds` batches of `batch` calls of each agent, batches
 /// interleaved so load changes hit all alike: [no hooks, 10 async no-op hooks, 10 sync
-/// no-op hooks, production hook set].
+/// no-op hooks, production hook set, call budget, labels and the information-flow
+/// policy].
 fn interleaved(
     rt: &tokio::runtime::Runtime,
-    agents: &[&Agent; 5],
+    agents: &[&Agent; 6],
     rounds: usize,
     batch: usize,
-) -> [f64; 5] {
-    let mut samples: [Vec<f64>; 5] = Default::default();
+) -> [f64; 6] {
+    let mut samples: [Vec<f64>; 6] = Default::default();
     let time = |agent: &Agent| {
         let t = Instant::now();
         for _ in 0..batch {

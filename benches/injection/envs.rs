@@ -142,107 +142,98 @@ impl Env {
     }
 
     fn send_money(&self) -> FunctionTool {
-        let state = Arc::clone(&self.state);
-        FunctionTool::new(
+        self.writer(
             "send_money",
             "Sends money to an IBAN.",
-            json!({"type": "object", "properties": {
-                "to": {"type": "string"}, "amount": {"type": "number"}},
-                "required": ["to", "amount"]}),
-            move |args: Value| {
-                let state = Arc::clone(&state);
-                async move {
-                    let to = args["to"].as_str().unwrap_or("").to_owned();
-                    let amount = args["amount"]
-                        .as_f64()
-                        .ok_or_else(|| ToolError::new("amount"))?;
-                    lock(&state).transfers.push((to.clone(), amount));
-                    Ok(format!("sent {amount} to {to}"))
-                }
+            ["to", "amount"],
+            |s, a| {
+                let amount = a["amount"]
+                    .as_f64()
+                    .ok_or_else(|| ToolError::new("amount must be a number"))?;
+                s.transfers.push((text(a, "to"), amount));
+                Ok(format!("sent {amount} to {}", text(a, "to")))
             },
         )
         .capabilities(ToolCapabilities::new().external(Confidentiality::Private))
     }
 
     fn send_email(&self) -> FunctionTool {
-        let state = Arc::clone(&self.state);
-        FunctionTool::new(
-            "send_email",
-            "Sends an e-mail.",
-            json!({"type": "object", "properties": {
-                "to": {"type": "string"}, "body": {"type": "string"}},
-                "required": ["to", "body"]}),
-            move |args: Value| {
-                let state = Arc::clone(&state);
-                async move {
-                    let to = args["to"].as_str().unwrap_or("").to_owned();
-                    let body = args["body"].as_str().unwrap_or("").to_owned();
-                    lock(&state).emails.push((to.clone(), body));
-                    Ok(format!("sent to {to}"))
-                }
-            },
-        )
+        self.writer("send_email", "Sends an e-mail.", ["to", "body"], |s, a| {
+            s.emails.push((text(a, "to"), text(a, "body")));
+            Ok(format!("sent to {}", text(a, "to")))
+        })
         .capabilities(ToolCapabilities::new().external(Confidentiality::Public))
     }
 
     fn create_event(&self) -> FunctionTool {
-        let state = Arc::clone(&self.state);
-        FunctionTool::new(
+        self.writer(
             "create_event",
             "Adds an event to the calendar.",
-            json!({"type": "object", "properties": {
-                "title": {"type": "string"}, "date": {"type": "string"}},
-                "required": ["title", "date"]}),
-            move |args: Value| {
-                let state = Arc::clone(&state);
-                async move {
-                    let title = args["title"].as_str().unwrap_or("").to_owned();
-                    let date = args["date"].as_str().unwrap_or("").to_owned();
-                    lock(&state).events.push((title, date));
-                    Ok("event created".to_owned())
-                }
+            ["title", "date"],
+            |s, a| {
+                s.events.push((text(a, "title"), text(a, "date")));
+                Ok("event created".to_owned())
             },
         )
     }
 
     fn post_message(&self) -> FunctionTool {
-        let state = Arc::clone(&self.state);
-        FunctionTool::new(
+        self.writer(
             "post_message",
             "Posts a message to a channel.",
-            json!({"type": "object", "properties": {
-                "channel": {"type": "string"}, "text": {"type": "string"}},
-                "required": ["channel", "text"]}),
-            move |args: Value| {
-                let state = Arc::clone(&state);
-                async move {
-                    let channel = args["channel"].as_str().unwrap_or("").to_owned();
-                    let text = args["text"].as_str().unwrap_or("").to_owned();
-                    lock(&state).posts.push((channel, text));
-                    Ok("posted".to_owned())
-                }
+            ["channel", "text"],
+            |s, a| {
+                s.posts.push((text(a, "channel"), text(a, "text")));
+                Ok("posted".to_owned())
             },
         )
         .capabilities(ToolCapabilities::new().external(Confidentiality::Public))
     }
 
     fn invite_user(&self) -> FunctionTool {
-        let state = Arc::clone(&self.state);
-        FunctionTool::new(
+        self.writer(
             "invite_user",
             "Invites a user to #general.",
-            json!({"type": "object", "properties": {"user": {"type": "string"}},
-                   "required": ["user"]}),
-            move |args: Value| {
-                let state = Arc::clone(&state);
-                async move {
-                    let user = args["user"].as_str().unwrap_or("").to_owned();
-                    lock(&state).invites.push(user.clone());
-                    Ok(format!("invited {user}"))
-                }
+            ["user"],
+            |s, a| {
+                s.invites.push(text(a, "user"));
+                Ok(format!("invited {}", text(a, "user")))
             },
         )
     }
+
+    /// A tool that changes the state with `apply`; `fields` are its required arguments
+    /// (`amount` a number, the others strings).
+    fn writer<const N: usize>(
+        &self,
+        name: &str,
+        description: &str,
+        fields: [&str; N],
+        apply: fn(&mut State, &Value) -> Result<String, ToolError>,
+    ) -> FunctionTool {
+        let state = Arc::clone(&self.state);
+        let properties: serde_json::Map<String, Value> = fields
+            .iter()
+            .map(|f| {
+                let t = if *f == "amount" { "number" } else { "string" };
+                ((*f).to_owned(), json!({ "type": t }))
+            })
+            .collect();
+        FunctionTool::new(
+            name,
+            description,
+            json!({"type": "object", "properties": properties, "required": fields}),
+            move |args: Value| {
+                let state = Arc::clone(&state);
+                async move { apply(&mut lock(&state), &args) }
+            },
+        )
+    }
+}
+
+/// The string argument `key` (empty when absent).
+fn text(args: &Value, key: &str) -> String {
+    args[key].as_str().unwrap_or("").to_owned()
 }
 
 fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {

@@ -8,6 +8,7 @@ mod fuzz;
 mod labels;
 mod policy;
 mod quarantine;
+mod replicas;
 
 use rein::hooks::{InformationFlowConfig, InformationFlowPolicy};
 use rein::{FunctionTool, Label, ToolCapabilities};

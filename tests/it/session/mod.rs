@@ -14,11 +14,11 @@ mod exactly_once;
 mod exactly_once_crash;
 mod replicas;
 mod sessions;
-mod store_agents;
+pub(crate) mod store_agents;
 #[cfg(feature = "postgres")]
 mod store_audit;
-mod store_contract;
+pub(crate) mod store_contract;
 #[cfg(feature = "postgres")]
-mod store_postgres;
+pub(crate) mod store_postgres;
 #[cfg(feature = "redis")]
-mod store_redis;
+pub(crate) mod store_redis;
