@@ -42,7 +42,9 @@ pub(crate) mod storable;
 pub use file::FileSessionStore;
 pub use key::SessionKey;
 pub(crate) use lease::DynSessionLeases;
-pub use lease::{Lease, LeaseConfig, MAX_TTL, SessionLeases, acquire_polling, ttl_millis};
+pub use lease::{
+    Lease, LeaseConfig, MAX_TTL, SessionLeases, acquire_polling, release_logged, ttl_millis,
+};
 pub(crate) use session::DynSessionStore;
 pub use session::{
     InMemorySessionStore, SessionStore, StoreError, StoreErrorKind, StoredSession, next_version,
