@@ -109,7 +109,7 @@ impl Interleaved {
 
     /// The size indexes of round `i`, in the order to run them.
     fn order(i: usize) -> [usize; 2] {
-        if i % 2 == 0 { [0, 1] } else { [1, 0] }
+        if i.is_multiple_of(2) { [0, 1] } else { [1, 0] }
     }
 
     fn record(&mut self, i: usize, size: usize, elapsed: Duration) {
