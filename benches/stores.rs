@@ -1,8 +1,9 @@
 //! Per-call session-store overhead on loopback: what a call on a stored session adds
-//! (load + save; with a lease: acquire + load + fenced save + release), for histories
-//! of 10 and 1,000 messages, on the in-memory, file, Redis and PostgreSQL stores, as
-//! p50 and p99 of single calls (`benches/support/stores.rs`; the `bench_report`
-//! example prints the same table).
+//! (load + save; with a lease: acquire and load, then fenced save and release, as an
+//! agent sends them, and the same as four separate steps), for histories of 10 and
+//! 1,000 messages measured interleaved, on the in-memory, file, Redis and PostgreSQL
+//! stores, as p50 and p99 of single calls (`benches/support/stores.rs`; the
+//! `bench_report` example prints the same table).
 //!
 //! Run: `scripts/test-servers cargo bench --all-features --bench stores` (the Redis and
 //! PostgreSQL rows need `REIN_REDIS_URL` / `REIN_POSTGRES_URL`; without them those rows

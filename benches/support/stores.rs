@@ -9,13 +9,20 @@
 //!   messages over its p50 at 10;
 //! - `load+save`: a load, then a save of the last two messages over the loaded version
 //!   (an agent that reloads every call);
-//! - `leased`: acquire the session's lease, load, fenced save of the last two messages,
-//!   release (an agent with `leased_session_store`: the traffic of every call);
+//! - `leased`: what an agent with `leased_session_store` sends per call: acquire the
+//!   session's lease and load it ([`SessionLeases::acquire_and_load`]), then the fenced
+//!   save of the last two messages and the release
+//!   ([`SessionLeases::save_fenced_and_release`]); two round trips on Redis and
+//!   PostgreSQL;
+//! - `leased-4`: the same as four separate steps (acquire, load, fenced save, release),
+//!   for comparison;
 //! - `journal`: what the effect journal adds per tool call that is not read-only: the
 //!   claim before the tool and the settle after it, two saves of the last message (its
 //!   metadata changes; fenced under a held lease where the store has leases).
 //!
-//! Histories of 10 and 1,000 messages (~60 bytes of text each), on the in-memory, file,
+//! Histories of 10 and 1,000 messages (~60 bytes of text each), measured interleaved
+//! (one call at each size per round, so the machine's load affects both alike), on the
+//! in-memory, file,
 //! Redis (feature `redis`, `REIN_REDIS_URL`) and PostgreSQL (feature `postgres`,
 //! `REIN_POSTGRES_URL`) stores. An engine row without its feature or its variable is
 //! reported as skipped, with the reason. The file store `fsync`s every save, so its row
@@ -70,25 +77,77 @@ fn key(label: &str, n: usize) -> SessionKey {
     )
 }
 
-/// Times `samples` saves of one call's two messages over a held session of `n`.
-async fn save_only<S: SessionStore>(
-    store: &S,
-    n: usize,
+/// The timed calls per size and the untimed warm-up calls before them.
+fn rounds(samples: usize) -> (usize, usize) {
+    (samples / 10 + 1, samples)
+}
+
+/// Both sizes' measurements, interleaved: in round `i` one call at each size, the
+/// order alternating, so load from elsewhere on the machine falls on both sizes alike
+/// (run one after the other, a busy spell can land on one size only and move the
+/// ratio).
+struct Interleaved {
+    warmup: usize,
     samples: usize,
-) -> Result<(Duration, Duration), StoreError> {
-    let key = key("save", n);
-    let messages = store_history(n);
-    let mut version = store.load(&key).await?.version;
-    version = store.save(&key, &messages, version).await?;
-    let mut times = Vec::with_capacity(samples);
-    for i in 0..samples + samples / 10 + 1 {
-        let t = Instant::now();
-        version = store.save_from(&key, &messages, n - 2, version).await?;
-        if i > samples / 10 {
-            times.push(t.elapsed());
+    times: [Vec<Duration>; 2],
+}
+
+impl Interleaved {
+    fn new(samples: usize) -> Self {
+        let (warmup, samples) = rounds(samples);
+        Self {
+            warmup,
+            samples,
+            times: [Vec::with_capacity(samples), Vec::with_capacity(samples)],
         }
     }
-    Ok(percentiles(&mut times))
+
+    /// The rounds to run (warm-up included).
+    fn total(&self) -> usize {
+        self.warmup + self.samples
+    }
+
+    /// The size indexes of round `i`, in the order to run them.
+    fn order(i: usize) -> [usize; 2] {
+        if i.is_multiple_of(2) { [0, 1] } else { [1, 0] }
+    }
+
+    fn record(&mut self, i: usize, size: usize, elapsed: Duration) {
+        if i >= self.warmup {
+            self.times[size].push(elapsed);
+        }
+    }
+
+    fn finish(mut self) -> [(Duration, Duration); 2] {
+        let [a, b] = &mut self.times;
+        [percentiles(a), percentiles(b)]
+    }
+}
+
+/// Times saves of one call's two messages over a held session of each size.
+async fn save_only<S: SessionStore>(
+    store: &S,
+    samples: usize,
+) -> Result<[(Duration, Duration); 2], StoreError> {
+    let keys = SIZES.map(|n| key("save", n));
+    let histories = SIZES.map(store_history);
+    let mut versions = [0; 2];
+    for j in 0..2 {
+        let version = store.load(&keys[j]).await?.version;
+        versions[j] = store.save(&keys[j], &histories[j], version).await?;
+    }
+    let mut m = Interleaved::new(samples);
+    for i in 0..m.total() {
+        for j in Interleaved::order(i) {
+            let n = SIZES[j];
+            let t = Instant::now();
+            versions[j] = store
+                .save_from(&keys[j], &histories[j], n - 2, versions[j])
+                .await?;
+            m.record(i, j, t.elapsed());
+        }
+    }
+    Ok(m.finish())
 }
 
 /// `p50 at 1,000 / p50 at 10` of the row of `store` and `mode`, when it was measured.
@@ -99,138 +158,172 @@ pub fn ratio_1000_over_10(rows: &[StoreRow], store: &str, mode: &str) -> Option<
         .map(|[(a50, _), (b50, _)]| b50.as_secs_f64() / a50.as_secs_f64())
 }
 
-/// Times `samples` calls of load + save (after `samples / 10 + 1` untimed ones).
+/// Times calls of load + save.
 async fn load_save<S: SessionStore>(
     store: &S,
-    n: usize,
     samples: usize,
-) -> Result<(Duration, Duration), StoreError> {
-    let key = key("load-save", n);
-    let messages = store_history(n);
-    let mut times = Vec::with_capacity(samples);
-    for i in 0..samples + samples / 10 + 1 {
-        let t = Instant::now();
-        let loaded = store.load(&key).await?;
-        let unchanged = loaded.messages.len().min(n - 2);
-        std::hint::black_box(
-            store
-                .save_from(&key, &messages, unchanged, loaded.version)
-                .await?,
-        );
-        if i > samples / 10 {
-            times.push(t.elapsed());
+) -> Result<[(Duration, Duration); 2], StoreError> {
+    let keys = SIZES.map(|n| key("load-save", n));
+    let histories = SIZES.map(store_history);
+    let mut m = Interleaved::new(samples);
+    for i in 0..m.total() {
+        for j in Interleaved::order(i) {
+            let n = SIZES[j];
+            let t = Instant::now();
+            let loaded = store.load(&keys[j]).await?;
+            let unchanged = loaded.messages.len().min(n - 2);
+            std::hint::black_box(
+                store
+                    .save_from(&keys[j], &histories[j], unchanged, loaded.version)
+                    .await?,
+            );
+            m.record(i, j, t.elapsed());
         }
     }
-    Ok(percentiles(&mut times))
+    Ok(m.finish())
 }
 
-/// Times `samples` calls of acquire + load + fenced save + release.
+/// Times leased calls as an agent makes them: acquire and load
+/// ([`SessionLeases::acquire_and_load`], a separate load when the store does not load
+/// with the lease), then the fenced save and the release
+/// ([`SessionLeases::save_fenced_and_release`]).
 async fn leased<S: SessionStore + SessionLeases>(
     store: &S,
-    n: usize,
     samples: usize,
-) -> Result<(Duration, Duration), StoreError> {
-    let key = key("leased", n);
-    let messages = store_history(n);
-    let mut times = Vec::with_capacity(samples);
-    for i in 0..samples + samples / 10 + 1 {
-        let t = Instant::now();
-        let lease = store
-            .acquire(&key, Duration::from_secs(30), Duration::from_secs(5))
-            .await?;
-        let loaded = store.load(&key).await?;
-        let unchanged = loaded.messages.len().min(n - 2);
-        std::hint::black_box(
-            store
-                .save_fenced_from(&lease, &messages, unchanged, loaded.version)
-                .await?,
-        );
-        store.release(&lease).await?;
-        if i > samples / 10 {
-            times.push(t.elapsed());
+) -> Result<[(Duration, Duration); 2], StoreError> {
+    let keys = SIZES.map(|n| key("leased", n));
+    let histories = SIZES.map(store_history);
+    let mut m = Interleaved::new(samples);
+    for i in 0..m.total() {
+        for j in Interleaved::order(i) {
+            let n = SIZES[j];
+            let t = Instant::now();
+            let (lease, loaded) = store
+                .acquire_and_load(&keys[j], Duration::from_secs(30), Duration::from_secs(5))
+                .await?;
+            let loaded = match loaded {
+                Some(loaded) => loaded,
+                None => store.load(&keys[j]).await?,
+            };
+            let unchanged = loaded.messages.len().min(n - 2);
+            std::hint::black_box(
+                store
+                    .save_fenced_and_release(&lease, &histories[j], unchanged, loaded.version)
+                    .await?,
+            );
+            m.record(i, j, t.elapsed());
         }
     }
-    Ok(percentiles(&mut times))
+    Ok(m.finish())
 }
 
-/// Times `samples` tool calls' journal writes on a held lease: the claim before the
-/// tool and the settle after it, each a fenced save of the last message over the stored
-/// history (what the effect journal adds to a call per turn with a tool that is not
+/// Times leased calls made of the four separate steps: acquire, load, fenced save,
+/// release (four round trips on an engine; what `leased` did before the combined
+/// methods).
+async fn leased_steps<S: SessionStore + SessionLeases>(
+    store: &S,
+    samples: usize,
+) -> Result<[(Duration, Duration); 2], StoreError> {
+    let keys = SIZES.map(|n| key("leased-4", n));
+    let histories = SIZES.map(store_history);
+    let mut m = Interleaved::new(samples);
+    for i in 0..m.total() {
+        for j in Interleaved::order(i) {
+            let n = SIZES[j];
+            let t = Instant::now();
+            let lease = store
+                .acquire(&keys[j], Duration::from_secs(30), Duration::from_secs(5))
+                .await?;
+            let loaded = store.load(&keys[j]).await?;
+            let unchanged = loaded.messages.len().min(n - 2);
+            std::hint::black_box(
+                store
+                    .save_fenced_from(&lease, &histories[j], unchanged, loaded.version)
+                    .await?,
+            );
+            store.release(&lease).await?;
+            m.record(i, j, t.elapsed());
+        }
+    }
+    Ok(m.finish())
+}
+
+/// Times tool calls' journal writes on a held lease: the claim before the tool and the
+/// settle after it, each a fenced save of the last message over the stored history
+/// (what the effect journal adds to a call per turn with a tool that is not
 /// read-only).
 async fn journal_leased<S: SessionStore + SessionLeases>(
     store: &S,
-    n: usize,
     samples: usize,
-) -> Result<(Duration, Duration), StoreError> {
-    let key = key("journal", n);
-    let messages = store_history(n);
-    let lease = store
-        .acquire(&key, Duration::from_secs(300), Duration::from_secs(5))
-        .await?;
-    let mut version = store.load(&key).await?.version;
-    version = store.save_fenced(&lease, &messages, version).await?;
-    let mut times = Vec::with_capacity(samples);
-    for i in 0..samples + samples / 10 + 1 {
-        let t = Instant::now();
-        version = store
-            .save_fenced_from(&lease, &messages, n - 1, version)
+) -> Result<[(Duration, Duration); 2], StoreError> {
+    let keys = SIZES.map(|n| key("journal", n));
+    let histories = SIZES.map(store_history);
+    let mut leases = Vec::with_capacity(2);
+    let mut versions = [0; 2];
+    for j in 0..2 {
+        let lease = store
+            .acquire(&keys[j], Duration::from_secs(300), Duration::from_secs(5))
             .await?;
-        version = store
-            .save_fenced_from(&lease, &messages, n - 1, version)
-            .await?;
-        if i > samples / 10 {
-            times.push(t.elapsed());
+        let version = store.load(&keys[j]).await?.version;
+        versions[j] = store.save_fenced(&lease, &histories[j], version).await?;
+        leases.push(lease);
+    }
+    let mut m = Interleaved::new(samples);
+    for i in 0..m.total() {
+        for j in Interleaved::order(i) {
+            let n = SIZES[j];
+            let t = Instant::now();
+            for _ in 0..2 {
+                versions[j] = store
+                    .save_fenced_from(&leases[j], &histories[j], n - 1, versions[j])
+                    .await?;
+            }
+            m.record(i, j, t.elapsed());
         }
     }
-    store.release(&lease).await?;
-    Ok(percentiles(&mut times))
+    for lease in &leases {
+        store.release(lease).await?;
+    }
+    Ok(m.finish())
 }
 
 /// The journal's two writes per tool call without a lease (claim, settle).
 async fn journal_plain<S: SessionStore>(
     store: &S,
-    n: usize,
     samples: usize,
-) -> Result<(Duration, Duration), StoreError> {
-    let key = key("journal", n);
-    let messages = store_history(n);
-    let mut version = store.load(&key).await?.version;
-    version = store.save(&key, &messages, version).await?;
-    let mut times = Vec::with_capacity(samples);
-    for i in 0..samples + samples / 10 + 1 {
-        let t = Instant::now();
-        version = store.save_from(&key, &messages, n - 1, version).await?;
-        version = store.save_from(&key, &messages, n - 1, version).await?;
-        if i > samples / 10 {
-            times.push(t.elapsed());
+) -> Result<[(Duration, Duration); 2], StoreError> {
+    let keys = SIZES.map(|n| key("journal", n));
+    let histories = SIZES.map(store_history);
+    let mut versions = [0; 2];
+    for j in 0..2 {
+        let version = store.load(&keys[j]).await?.version;
+        versions[j] = store.save(&keys[j], &histories[j], version).await?;
+    }
+    let mut m = Interleaved::new(samples);
+    for i in 0..m.total() {
+        for j in Interleaved::order(i) {
+            let n = SIZES[j];
+            let t = Instant::now();
+            for _ in 0..2 {
+                versions[j] = store
+                    .save_from(&keys[j], &histories[j], n - 1, versions[j])
+                    .await?;
+            }
+            m.record(i, j, t.elapsed());
         }
     }
-    Ok(percentiles(&mut times))
+    Ok(m.finish())
 }
 
-/// Both sizes of one row (`one(n)` measures size `n`); the first error ends the row.
-async fn row<F, Fut>(store: &'static str, mode: &'static str, mut one: F) -> StoreRow
+/// One row: both sizes, measured interleaved; an error ends the row.
+async fn row<Fut>(store: &'static str, mode: &'static str, measured: Fut) -> StoreRow
 where
-    F: FnMut(usize) -> Fut,
-    Fut: std::future::Future<Output = Result<(Duration, Duration), StoreError>>,
+    Fut: std::future::Future<Output = Result<[(Duration, Duration); 2], StoreError>>,
 {
-    let mut out = [(Duration::ZERO, Duration::ZERO); 2];
-    for (slot, n) in out.iter_mut().zip(SIZES) {
-        match one(n).await {
-            Ok(p) => *slot = p,
-            Err(e) => {
-                return StoreRow {
-                    store,
-                    mode,
-                    result: Err(format!("failed: {e}")),
-                };
-            }
-        }
-    }
     StoreRow {
         store,
         mode,
-        result: Ok(out),
+        result: measured.await.map_err(|e| format!("failed: {e}")),
     }
 }
 
@@ -253,7 +346,7 @@ fn server_url(var: &str) -> Result<String, String> {
 /// Deletes the bench's sessions (`key("load-save"|"leased", n)`) from `store`.
 async fn delete_bench_sessions<S: rein::store::SessionAdmin>(store: &S) {
     for n in SIZES {
-        for label in ["save", "load-save", "leased", "journal"] {
+        for label in ["save", "load-save", "leased", "leased-4", "journal"] {
             let _ = store.delete(&key(label, n)).await;
         }
     }
@@ -264,22 +357,18 @@ pub async fn store_rows(samples: usize) -> Vec<StoreRow> {
     let samples = samples.max(1);
     let mut rows = Vec::new();
     let memory = InMemorySessionStore::new();
-    rows.push(row("in-memory", "save", |n| save_only(&memory, n, samples)).await);
-    rows.push(row("in-memory", "load+save", |n| load_save(&memory, n, samples)).await);
-    rows.push(row("in-memory", "leased", |n| leased(&memory, n, samples)).await);
-    rows.push(
-        row("in-memory", "journal", |n| {
-            journal_leased(&memory, n, samples)
-        })
-        .await,
-    );
+    rows.push(row("in-memory", "save", save_only(&memory, samples)).await);
+    rows.push(row("in-memory", "load+save", load_save(&memory, samples)).await);
+    rows.push(row("in-memory", "leased", leased(&memory, samples)).await);
+    rows.push(row("in-memory", "leased-4", leased_steps(&memory, samples)).await);
+    rows.push(row("in-memory", "journal", journal_leased(&memory, samples)).await);
 
     match tempfile::tempdir() {
         Ok(dir) => match FileSessionStore::open(dir.path()) {
             Ok(file) => {
-                rows.push(row("file", "save", |n| save_only(&file, n, samples)).await);
-                rows.push(row("file", "load+save", |n| load_save(&file, n, samples)).await);
-                rows.push(row("file", "journal", |n| journal_plain(&file, n, samples)).await);
+                rows.push(row("file", "save", save_only(&file, samples)).await);
+                rows.push(row("file", "load+save", load_save(&file, samples)).await);
+                rows.push(row("file", "journal", journal_plain(&file, samples)).await);
             }
             Err(e) => rows.push(skipped("file", format!("failed: {e}"))),
         },
@@ -295,10 +384,11 @@ pub async fn store_rows(samples: usize) -> Vec<StoreRow> {
             .await
         {
             Ok(redis) => {
-                rows.push(row("redis", "save", |n| save_only(&redis, n, samples)).await);
-                rows.push(row("redis", "load+save", |n| load_save(&redis, n, samples)).await);
-                rows.push(row("redis", "leased", |n| leased(&redis, n, samples)).await);
-                rows.push(row("redis", "journal", |n| journal_leased(&redis, n, samples)).await);
+                rows.push(row("redis", "save", save_only(&redis, samples)).await);
+                rows.push(row("redis", "load+save", load_save(&redis, samples)).await);
+                rows.push(row("redis", "leased", leased(&redis, samples)).await);
+                rows.push(row("redis", "leased-4", leased_steps(&redis, samples)).await);
+                rows.push(row("redis", "journal", journal_leased(&redis, samples)).await);
                 delete_bench_sessions(&redis).await;
             }
             Err(e) => rows.push(skipped("redis", format!("failed: {e}"))),
@@ -320,10 +410,11 @@ pub async fn store_rows(samples: usize) -> Vec<StoreRow> {
             .await
         {
             Ok(pg) => {
-                rows.push(row("postgres", "save", |n| save_only(&pg, n, samples)).await);
-                rows.push(row("postgres", "load+save", |n| load_save(&pg, n, samples)).await);
-                rows.push(row("postgres", "leased", |n| leased(&pg, n, samples)).await);
-                rows.push(row("postgres", "journal", |n| journal_leased(&pg, n, samples)).await);
+                rows.push(row("postgres", "save", save_only(&pg, samples)).await);
+                rows.push(row("postgres", "load+save", load_save(&pg, samples)).await);
+                rows.push(row("postgres", "leased", leased(&pg, samples)).await);
+                rows.push(row("postgres", "leased-4", leased_steps(&pg, samples)).await);
+                rows.push(row("postgres", "journal", journal_leased(&pg, samples)).await);
                 delete_bench_sessions(&pg).await;
             }
             Err(e) => rows.push(skipped("postgres", format!("failed: {e}"))),
@@ -345,7 +436,7 @@ fn us(d: Duration) -> String {
 /// The rows as a table: per size, p50 and p99 of one call in µs.
 pub fn store_table(rows: &[StoreRow], samples: usize) -> String {
     let mut out = format!(
-        "store overhead per call, µs ({samples} timed calls per cell; save = one call's two messages over a held session; leased = acquire + load + fenced save + release; journal = what the effect journal adds per tool call: claim + settle, two (fenced) saves)\n{:<10} {:<10} {:>10} {:>10} {:>12} {:>12}\n",
+        "store overhead per call, µs ({samples} timed calls per cell; save = one call's two messages over a held session; leased = acquire+load, fenced save+release (the agent's two steps); leased-4 = the four as separate steps; journal = what the effect journal adds per tool call: claim + settle, two (fenced) saves)\n{:<10} {:<10} {:>10} {:>10} {:>12} {:>12}\n",
         "store", "mode", "10 p50", "10 p99", "1,000 p50", "1,000 p99"
     );
     for r in rows {

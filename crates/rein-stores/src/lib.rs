@@ -10,16 +10,20 @@
 //! - [`PostgresAuditSink`] (feature `postgres`): the audit records of every replica in one
 //!   table, one batched insert per batch off the call path.
 //!
-//! Both stores implement [`SessionStore`](rein_core::SessionStore)(rein_core::SessionStore),
-//! [`SessionAdmin`](rein_core::store::SessionAdmin)(rein_core::store::SessionAdmin) and
-//! [`SessionLeases`](rein_core::store::SessionLeases)(rein_core::store::SessionLeases) with the same contract as the file
+//! Both stores implement [`SessionStore`](rein_core::SessionStore),
+//! [`SessionAdmin`](rein_core::store::SessionAdmin) and
+//! [`SessionLeases`](rein_core::store::SessionLeases) with the same contract as the file
 //! and in-memory stores of `rein_core::store` (its module docs state the consistency
 //! model: versions, corrupt data, leases with fencing tokens, faults); one shared test
 //! suite runs against all four.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-/// The session store traits of an engine store, forwarding to its inherent methods.
+/// Implements [`SessionStore`](rein_core::SessionStore),
+/// [`SessionAdmin`](rein_core::store::SessionAdmin) and
+/// [`SessionLeases`](rein_core::store::SessionLeases) for an engine store as thin
+/// wrappers over its inherent `inner_*` async fns. Names resolve where it is invoked,
+/// which imports the types.
 #[cfg(any(feature = "redis", feature = "postgres"))]
 macro_rules! engine_store_traits {
     ($ty:ty) => {
@@ -116,11 +120,37 @@ macro_rules! engine_store_traits {
                     Some(lease),
                 )
             }
+
+            fn acquire_and_load(
+                &self,
+                key: &SessionKey,
+                ttl: std::time::Duration,
+                wait: std::time::Duration,
+            ) -> impl Future<
+                Output = Result<
+                    (
+                        rein_core::store::Lease,
+                        Option<rein_core::store::StoredSession>,
+                    ),
+                    StoreError,
+                >,
+            > + Send {
+                self.inner_acquire_and_load(key, ttl, wait)
+            }
+
+            fn save_fenced_and_release(
+                &self,
+                lease: &rein_core::store::Lease,
+                messages: &[Msg],
+                unchanged: usize,
+                expected_version: u64,
+            ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+                self.inner_save_and_release(lease, messages, unchanged, expected_version)
+            }
         }
     };
 }
 
-#[cfg(any(feature = "redis", feature = "postgres"))]
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod lease;
 #[cfg(feature = "postgres")]
@@ -145,10 +175,6 @@ use rein_core::Msg;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 use rein_core::store::{SessionKey, StoreError, StoreErrorKind};
 
-/// Implements [`SessionStore`](rein_core::SessionStore)(rein_core::SessionStore), [`SessionAdmin`](rein_core::store::SessionAdmin) and
-/// [`SessionLeases`](rein_core::store::SessionLeases) for an engine store as thin wrappers over its inherent
-/// `inner_*` async fns.
-/// Names resolve where it is invoked, which imports the traits and types.
 /// The format marker the engine stores keep next to every session (as the file store
 /// does in its files).
 #[cfg(any(feature = "redis", feature = "postgres"))]

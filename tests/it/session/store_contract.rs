@@ -456,7 +456,9 @@ pub async fn lease_contract<S: SessionStore + SessionLeases>(h: &Harness<S>) {
     a_lease_expires_after_its_ttl_unless_renewed(h).await;
     a_stale_holder_cannot_save_and_a_fenced_save_writes_for_the_holder(h).await;
     a_waiter_gets_the_lease_when_it_is_released(h).await;
-    two_replicas_interleaving_appends_under_leases_never_lose_a_message(h).await;
+    two_replicas_interleaving_appends_under_leases_never_lose_a_message(h, false).await;
+    two_replicas_interleaving_appends_under_leases_never_lose_a_message(h, true).await;
+    acquire_and_load_and_save_and_release_keep_the_lease_contract(h).await;
     let store = h.client().await;
     let key = SessionKey::new(None, "ttl");
     assert_eq!(
@@ -469,8 +471,16 @@ async fn two_replicas_interleaving_appends_under_leases_never_lose_a_message<
     S: SessionStore + SessionLeases,
 >(
     h: &Harness<S>,
+    combined: bool,
 ) {
-    let key = SessionKey::new(Some("alice"), "interleaved");
+    // `combined`: the agent's two steps (acquire_and_load, save_fenced_and_release),
+    // where the next holder's load must see the save its acquisition waited for.
+    let id = if combined {
+        "interleaved-combined"
+    } else {
+        "interleaved"
+    };
+    let key = SessionKey::new(Some("alice"), id);
     let (a, b) = (h.client().await, h.client().await);
     let rounds = 25;
     async fn run<S: SessionStore + SessionLeases>(
@@ -478,25 +488,42 @@ async fn two_replicas_interleaving_appends_under_leases_never_lose_a_message<
         key: &SessionKey,
         name: &str,
         rounds: usize,
+        combined: bool,
     ) {
+        let (ttl, wait) = (Duration::from_secs(10), Duration::from_secs(10));
         for i in 0..rounds {
-            let lease = store
-                .acquire(key, Duration::from_secs(10), Duration::from_secs(10))
-                .await
-                .unwrap();
-            let loaded = store.load(key).await.unwrap();
+            let (lease, loaded) = if combined {
+                store.acquire_and_load(key, ttl, wait).await.unwrap()
+            } else {
+                (store.acquire(key, ttl, wait).await.unwrap(), None)
+            };
+            let loaded = match loaded {
+                Some(loaded) => loaded,
+                None => store.load(key).await.unwrap(),
+            };
             let mut history = loaded.messages;
             let unchanged = history.len();
             history.push(Msg::user(format!("{name} {i}")));
-            store
-                .save_fenced_from(&lease, &history, unchanged, loaded.version)
-                .await
-                .unwrap();
-            store.release(&lease).await.unwrap();
+            if combined {
+                store
+                    .save_fenced_and_release(&lease, &history, unchanged, loaded.version)
+                    .await
+                    .unwrap();
+            } else {
+                store
+                    .save_fenced_from(&lease, &history, unchanged, loaded.version)
+                    .await
+                    .unwrap();
+                store.release(&lease).await.unwrap();
+            }
             tokio::task::yield_now().await;
         }
     }
-    futures::future::join(run(&a, &key, "a", rounds), run(&b, &key, "b", rounds)).await;
+    futures::future::join(
+        run(&a, &key, "a", rounds, combined),
+        run(&b, &key, "b", rounds, combined),
+    )
+    .await;
     let stored = h.client().await.load(&key).await.unwrap();
     assert_eq!(stored.version, 2 * rounds as u64);
     let mut got = texts(&stored.messages);
@@ -506,6 +533,90 @@ async fn two_replicas_interleaving_appends_under_leases_never_lose_a_message<
         .collect();
     want.sort();
     assert_eq!(got, want);
+}
+
+/// The two combined steps of a leased call keep the lease contract: the load comes
+/// with the lease (or the caller loads), a save releases whatever its outcome, a stale
+/// holder's save-and-release neither writes nor frees the new holder's lease, and a
+/// load that fails leaves no lease held.
+async fn acquire_and_load_and_save_and_release_keep_the_lease_contract<
+    S: SessionStore + SessionLeases,
+>(
+    h: &Harness<S>,
+) {
+    let (a, b) = (h.client().await, h.client().await);
+    let key = SessionKey::new(Some("u"), "combined");
+    let ttl = Duration::from_secs(30);
+    async fn open<S: SessionStore + SessionLeases>(
+        store: &S,
+        key: &SessionKey,
+        ttl: Duration,
+    ) -> Result<(Lease, StoredSession), StoreError> {
+        let (lease, loaded) = store.acquire_and_load(key, ttl, Duration::ZERO).await?;
+        let loaded = match loaded {
+            Some(loaded) => loaded,
+            None => store.load(key).await?,
+        };
+        Ok((lease, loaded))
+    }
+    let (lease, loaded) = open(&a, &key, ttl).await.unwrap();
+    assert_eq!((loaded.version, loaded.messages.len()), (0, 0));
+    assert_eq!(lease.key(), &key);
+    assert_eq!(kind(open(&b, &key, ttl).await), StoreErrorKind::Busy);
+    let history = numbered(3);
+    assert_eq!(
+        a.save_fenced_and_release(&lease, &history, 0, 0)
+            .await
+            .unwrap(),
+        1
+    );
+    // Released with the save: the next holder gets it at once and sees the save.
+    let (next, loaded) = open(&b, &key, ttl).await.unwrap();
+    assert!(next.fence() > lease.fence());
+    assert_eq!(loaded.version, 1);
+    assert_eq!(texts(&loaded.messages), texts(&history));
+    // A stale holder writes nothing and does not free the new holder's lease.
+    assert_eq!(
+        kind(a.save_fenced_and_release(&lease, &numbered(4), 3, 1).await),
+        StoreErrorKind::LeaseLost
+    );
+    assert_eq!(kind(open(&a, &key, ttl).await), StoreErrorKind::Busy);
+    // A save that fails (a stale version) still releases the lease.
+    assert_eq!(
+        kind(b.save_fenced_and_release(&next, &numbered(4), 3, 7).await),
+        StoreErrorKind::Conflict
+    );
+    let (third, loaded) = open(&a, &key, ttl).await.unwrap();
+    assert_eq!(loaded.version, 1, "nothing was written");
+    assert_eq!(
+        a.save_fenced_and_release(&third, &numbered(5), 3, 1)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        texts(&a.load(&key).await.unwrap().messages),
+        texts(&numbered(5))
+    );
+    // A session that does not load leaves no lease held.
+    if let Some(corrupt) = &h.corrupt {
+        let bad = SessionKey::new(Some("u"), "combined-corrupt");
+        a.save(&bad, &numbered(1), 0).await.unwrap();
+        corrupt(bad.clone()).await;
+        match a.acquire_and_load(&bad, ttl, Duration::ZERO).await {
+            Err(e) => {
+                assert_eq!(e.kind(), StoreErrorKind::Corrupt, "{e}");
+                let lease = b.acquire(&bad, ttl, Duration::ZERO).await.unwrap();
+                assert!(b.release(&lease).await.unwrap());
+            }
+            // A store that does not load with the lease: the load is the caller's.
+            Ok((lease, None)) => {
+                assert_eq!(kind(a.load(&bad).await), StoreErrorKind::Corrupt);
+                assert!(a.release(&lease).await.unwrap());
+            }
+            Ok((_, Some(_))) => panic!("a corrupt session loaded"),
+        }
+    }
 }
 
 async fn a_lease_excludes_other_holders_until_released<S: SessionLeases>(h: &Harness<S>) {

@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::message::Msg;
 use crate::store::{
     DynSessionLeases, Lease, LeaseConfig, MAX_TTL, SessionKey, SessionLeases, SessionStore,
-    StoreError, StoreErrorKind,
+    StoreError, StoreErrorKind, StoredSession,
 };
 
 /// An agent's lease settings and the store that hands the leases out.
@@ -36,17 +36,31 @@ impl Leasing {
         Ok(())
     }
 
-    /// Acquires the session's lease for one call.
-    pub(crate) async fn acquire(&self, key: &SessionKey) -> Result<HeldLease, StoreError> {
-        let lease = self
-            .leases
-            .acquire(key, self.config.ttl, self.config.wait)
-            .await?;
-        Ok(HeldLease {
+    /// Acquires the session's lease for one call; with `load`, also the stored session
+    /// in the same round trip where the store can
+    /// ([`SessionLeases::acquire_and_load`]; `None`: load it separately).
+    pub(crate) async fn acquire(
+        &self,
+        key: &SessionKey,
+        load: bool,
+    ) -> Result<(HeldLease, Option<StoredSession>), StoreError> {
+        let (lease, stored) = if load {
+            self.leases
+                .acquire_and_load(key, self.config.ttl, self.config.wait)
+                .await?
+        } else {
+            let lease = self
+                .leases
+                .acquire(key, self.config.ttl, self.config.wait)
+                .await?;
+            (lease, None)
+        };
+        let held = HeldLease {
             leases: Arc::clone(&self.leases),
             lease,
             lost: Arc::new(AtomicBool::new(false)),
-        })
+        };
+        Ok((held, stored))
     }
 }
 
@@ -94,6 +108,26 @@ impl HeldLease {
         saved
     }
 
+    /// [`save`](Self::save), then releases the lease whatever the save's outcome, in one
+    /// round trip where the store can ([`SessionLeases::save_fenced_and_release`]).
+    pub(crate) async fn save_and_release(
+        &self,
+        messages: &[Msg],
+        unchanged: usize,
+        version: u64,
+    ) -> Result<u64, StoreError> {
+        let saved = self
+            .leases
+            .save_fenced_and_release(&self.lease, messages, unchanged, version)
+            .await;
+        if let Err(e) = &saved
+            && e.kind() == StoreErrorKind::LeaseLost
+        {
+            self.mark_lost();
+        }
+        saved
+    }
+
     /// Releases the lease (failures are logged: the lease then expires after its TTL).
     pub(crate) async fn release(&self) {
         match self.leases.release(&self.lease).await {
@@ -115,16 +149,17 @@ impl HeldLease {
             return false;
         };
         handle.spawn(async move {
-            if let Some((messages, unchanged, version)) = snapshot
-                && let Err(e) = self.save(&messages, unchanged, version).await
-            {
+            let Some((messages, unchanged, version)) = snapshot else {
+                self.release().await;
+                return;
+            };
+            if let Err(e) = self.save_and_release(&messages, unchanged, version).await {
                 tracing::error!(
                     session = %self.key(),
                     error = %e,
                     "saving the session of a cancelled call failed; the stored version stays"
                 );
             }
-            self.release().await;
         });
         true
     }
@@ -241,14 +276,16 @@ impl<B> AgentBuilder<B> {
     ///   [`ErrorKind::Store`](crate::ErrorKind::Store) /
     ///   [`StoreErrorKind::Busy`] before any hook, model or tool runs. Retry later.
     /// - **Load** the session fresh from the store (the cached copy is not trusted
-    ///   outside a lease: another replica may have saved since).
+    ///   outside a lease: another replica may have saved since), in the acquisition's
+    ///   round trip where the store can ([`SessionLeases::acquire_and_load`]).
     /// - **Renew** every `ttl / 3` while the call runs. When the lease is lost (a
     ///   renewal finds it gone, or renewals fail until it may have expired), the call
     ///   is cancelled and fails with [`StoreErrorKind::LeaseLost`]; nothing is saved,
     ///   the next call reloads the stored session.
     /// - **Save** with [`SessionLeases::save_fenced`]: a save from a holder whose lease
     ///   expired and was taken over fails with `LeaseLost` and writes nothing.
-    /// - **Release** when the call ends. When the call's future is dropped, a task
+    /// - **Release** when the call ends, with the last save in one round trip where the
+    ///   store can ([`SessionLeases::save_fenced_and_release`]). When the call's future is dropped, a task
     ///   spawned on the current tokio runtime saves its repaired conversation under the
     ///   lease and releases it; a replica that dies mid-call loses the lease after the
     ///   TTL, and the next call sees the last saved (valid) history.

@@ -9,7 +9,7 @@ use super::approvals::ApprovalDecisions;
 use super::history::{check_history, pending_tool_uses, repair, started_bit};
 use super::leasing::HeldLease;
 use super::packed::Packed;
-use crate::store::{DynSessionStore, SessionKey, StoreError, StoreErrorKind};
+use crate::store::{DynSessionStore, SessionKey, StoreError, StoreErrorKind, StoredSession};
 
 use crate::message::{ContentBlock, Msg, Role, ToolResult, ToolUse};
 
@@ -110,6 +110,29 @@ impl Conversation {
                     .await
             }
         };
+        self.saved(saved)
+    }
+
+    /// [`persist`](Self::persist) under `lease`, then releases it whatever the outcome,
+    /// in one round trip where the store can (how a leased call ends).
+    pub(crate) async fn persist_and_release(
+        &mut self,
+        key: &SessionKey,
+        lease: &HeldLease,
+    ) -> Result<(), StoreError> {
+        if let Err(e) = self.unpack(key) {
+            lease.release().await;
+            return Err(e);
+        }
+        let unchanged = self.stored.min(self.messages.len());
+        let saved = lease
+            .save_and_release(&self.messages, unchanged, self.version)
+            .await;
+        self.saved(saved)
+    }
+
+    /// Records the outcome of a save (see [`persist`](Self::persist)).
+    fn saved(&mut self, saved: Result<u64, StoreError>) -> Result<(), StoreError> {
         match saved {
             Ok(version) => {
                 self.version = version;
@@ -133,12 +156,16 @@ impl Conversation {
     /// saved (another replica may have saved since this copy was loaded).
     ///
     /// A conflict while saving leftovers is logged and the stored session wins.
+    ///
+    /// `preloaded` is the session as loaded with the lease's acquisition (it replaces
+    /// the load).
     pub(crate) async fn sync(
         &mut self,
         store: &dyn DynSessionStore,
         key: &SessionKey,
         lease: Option<&HeldLease>,
         reload: bool,
+        preloaded: Option<StoredSession>,
     ) -> Result<(), StoreError> {
         self.unpack(key)?;
         if self.loaded && self.dirty {
@@ -156,7 +183,10 @@ impl Conversation {
         } else if lease.is_some() || reload {
             self.loaded = false;
         }
-        self.load_if_needed(store, key).await
+        match preloaded {
+            Some(stored) if !self.loaded => self.adopt(key, stored),
+            _ => self.load_if_needed(store, key).await,
+        }
     }
 
     /// Loads the stored session unless the conversation is loaded (a loaded one is
@@ -171,6 +201,12 @@ impl Conversation {
             return self.unpack(key);
         }
         let stored = store.load(key).await?;
+        self.adopt(key, stored)
+    }
+
+    /// Takes `stored` as the conversation (it mirrors the store), unless it breaks the
+    /// memory invariant ([`StoreErrorKind::Corrupt`]).
+    fn adopt(&mut self, key: &SessionKey, stored: StoredSession) -> Result<(), StoreError> {
         check_history(&stored.messages).map_err(|e| {
             StoreError::with_kind(
                 StoreErrorKind::Corrupt,
@@ -256,9 +292,14 @@ impl super::AgentInner {
             memory.conversation().loaded = true;
             return Ok(memory);
         };
-        let lease = match &self.leasing {
-            Some(leasing) => Some(leasing.acquire(key).await?),
-            None => None,
+        // Leftovers of an earlier call are saved first: then no load comes with the lease.
+        let load = !(guard.loaded && guard.dirty);
+        let (lease, preloaded) = match &self.leasing {
+            Some(leasing) => {
+                let (lease, stored) = leasing.acquire(key, load).await?;
+                (Some(lease), stored)
+            }
+            None => (None, None),
         };
         let mut memory = CallMemory::new(
             guard,
@@ -270,7 +311,7 @@ impl super::AgentInner {
                 reload: self.reload,
             }),
         );
-        if let Err(e) = memory.sync().await {
+        if let Err(e) = memory.sync(preloaded).await {
             memory.disarm();
             memory.abandon().await;
             return Err(e);
@@ -522,7 +563,7 @@ impl CallMemory {
     }
 
     /// Brings the conversation in line with the store (see [`Conversation::sync`]).
-    async fn sync(&mut self) -> Result<(), StoreError> {
+    async fn sync(&mut self, preloaded: Option<StoredSession>) -> Result<(), StoreError> {
         let Self {
             guard, persistence, ..
         } = self;
@@ -530,7 +571,7 @@ impl CallMemory {
             return Ok(());
         };
         guard
-            .sync(&*p.store, &p.key, p.lease.as_ref(), p.reload)
+            .sync(&*p.store, &p.key, p.lease.as_ref(), p.reload, preloaded)
             .await?;
         match &p.lease {
             Some(lease) if lease.is_lost() => Err(StoreError::with_kind(
@@ -563,16 +604,18 @@ impl CallMemory {
             Some(lease) if lease.is_lost() => {
                 guard.loaded = false;
                 guard.dirty = false;
+                lease.release().await;
                 Ok(())
             }
-            lease => guard.persist(&*p.store, &p.key, lease.as_ref()).await,
-        };
-        if let Some(lease) = &p.lease {
-            if saved.is_ok() {
-                guard.loaded = false;
+            Some(lease) => {
+                let saved = guard.persist_and_release(&p.key, lease).await;
+                if saved.is_ok() {
+                    guard.loaded = false;
+                }
+                saved
             }
-            lease.release().await;
-        }
+            None => guard.persist(&*p.store, &p.key, None).await,
+        };
         *persistence = None;
         saved
     }

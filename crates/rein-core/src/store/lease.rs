@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use super::key::SessionKey;
-use super::session::{StoreError, StoreErrorKind};
+use super::session::{StoreError, StoreErrorKind, StoredSession};
 use crate::message::Msg;
 
 /// A lease on one session, held by whoever acquired it until it expires (its TTL after
@@ -148,6 +148,84 @@ pub trait SessionLeases: Send + Sync + 'static {
         let _ = unchanged;
         self.save_fenced(lease, messages, expected_version)
     }
+
+    /// [`acquire`](Self::acquire), and the session as stored once the lease is held, in
+    /// one round trip where the store can: how a leased call starts (it loads the
+    /// session fresh under the lease, as another holder may have saved it since).
+    ///
+    /// Returns the lease and `Some(session)`, the messages and version a
+    /// [`SessionStore::load`](crate::SessionStore::load) issued right after the
+    /// acquisition would return (every save of an earlier holder is in it), or `None`
+    /// when the store does not load with the acquisition: the caller then loads with
+    /// `SessionStore::load` itself. Waiting, TTL and fence are those of `acquire`; an
+    /// attempt that does not get the lease reads nothing.
+    ///
+    /// The default is `acquire` and `None`, so a store that does not override it works
+    /// unchanged (with one more round trip). The Redis store acquires and loads in one
+    /// Lua script, the PostgreSQL store in two statements pipelined on one connection
+    /// (the load runs after the acquisition committed).
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire); and, when the store loads, as
+    /// `SessionStore::load` (`Corrupt`, `TooLarge`, …): a lease acquired for a load
+    /// that then fails is released before the error is returned, so no lease is held
+    /// after an error (except when the server became unreachable in between: that
+    /// lease expires after its TTL).
+    fn acquire_and_load(
+        &self,
+        key: &SessionKey,
+        ttl: Duration,
+        wait: Duration,
+    ) -> impl Future<Output = Result<(Lease, Option<StoredSession>), StoreError>> + Send {
+        async move { Ok((self.acquire(key, ttl, wait).await?, None)) }
+    }
+
+    /// [`save_fenced_from`](Self::save_fenced_from), then [`release`](Self::release), in
+    /// one round trip where the store can: how a leased call ends.
+    ///
+    /// The save is exactly `save_fenced_from` (the lease and fence checks, the version
+    /// check and the write, in one atomic step); after it the lease is released whatever
+    /// the save's outcome, and only if this holder still has it (compare-and-delete;
+    /// the fence is never lowered). A store that does both in one step releases only
+    /// once the save is written, so the next holder's load sees it. Returns the save's
+    /// outcome: a release that fails is not an error of the save (the lease then
+    /// expires after its TTL) and is logged as a `tracing` warning. When the server
+    /// cannot be reached, neither may have happened.
+    ///
+    /// The default calls `save_fenced_from`, then `release` (two round trips). The Redis
+    /// and PostgreSQL stores release in the save's own script or statement when it
+    /// writes, and separately (as the default) when it does not.
+    ///
+    /// # Errors
+    /// As [`save_fenced_from`](Self::save_fenced_from).
+    fn save_fenced_and_release(
+        &self,
+        lease: &Lease,
+        messages: &[Msg],
+        unchanged: usize,
+        expected_version: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        async move {
+            let saved = self
+                .save_fenced_from(lease, messages, unchanged, expected_version)
+                .await;
+            release_logged(self, lease).await;
+            saved
+        }
+    }
+}
+
+/// For store implementations: [`SessionLeases::release`] with a failure logged as a
+/// `tracing` warning (the lease then expires after its TTL), as
+/// [`SessionLeases::save_fenced_and_release`] releases.
+pub async fn release_logged<S: SessionLeases + ?Sized>(store: &S, lease: &Lease) {
+    if let Err(e) = store.release(lease).await {
+        tracing::warn!(
+            session = %lease.key(),
+            error = %e,
+            "releasing the session lease failed; it expires after its TTL"
+        );
+    }
 }
 
 impl<S: SessionLeases> SessionLeases for Arc<S> {
@@ -186,6 +264,31 @@ impl<S: SessionLeases> SessionLeases for Arc<S> {
     ) -> impl Future<Output = Result<u64, StoreError>> + Send {
         SessionLeases::save_fenced_from(&**self, lease, messages, unchanged, expected_version)
     }
+
+    fn acquire_and_load(
+        &self,
+        key: &SessionKey,
+        ttl: Duration,
+        wait: Duration,
+    ) -> impl Future<Output = Result<(Lease, Option<StoredSession>), StoreError>> + Send {
+        SessionLeases::acquire_and_load(&**self, key, ttl, wait)
+    }
+
+    fn save_fenced_and_release(
+        &self,
+        lease: &Lease,
+        messages: &[Msg],
+        unchanged: usize,
+        expected_version: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        SessionLeases::save_fenced_and_release(
+            &**self,
+            lease,
+            messages,
+            unchanged,
+            expected_version,
+        )
+    }
 }
 
 /// The object-safe twin of [`SessionLeases`]: the one place lease futures are erased.
@@ -202,6 +305,21 @@ pub(crate) trait DynSessionLeases: Send + Sync + 'static {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool, StoreError>>;
 
     fn save_fenced_from<'a>(
+        &'a self,
+        lease: &'a Lease,
+        messages: &'a [Msg],
+        unchanged: usize,
+        expected_version: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>>;
+
+    fn acquire_and_load<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        ttl: Duration,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<(Lease, Option<StoredSession>), StoreError>>;
+
+    fn save_fenced_and_release<'a>(
         &'a self,
         lease: &'a Lease,
         messages: &'a [Msg],
@@ -236,6 +354,36 @@ impl<S: SessionLeases> DynSessionLeases for S {
         expected_version: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(SessionLeases::save_fenced_from(
+            self,
+            lease,
+            messages,
+            unchanged.min(messages.len()),
+            expected_version,
+        ))
+    }
+
+    /// The key contract is checked here, as for a plain load, before the store sees
+    /// the call.
+    fn acquire_and_load<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        ttl: Duration,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<(Lease, Option<StoredSession>), StoreError>> {
+        Box::pin(async move {
+            super::storable::check_key(key)?;
+            SessionLeases::acquire_and_load(self, key, ttl, wait).await
+        })
+    }
+
+    fn save_fenced_and_release<'a>(
+        &'a self,
+        lease: &'a Lease,
+        messages: &'a [Msg],
+        unchanged: usize,
+        expected_version: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(SessionLeases::save_fenced_and_release(
             self,
             lease,
             messages,

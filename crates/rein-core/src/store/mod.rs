@@ -21,7 +21,9 @@
 //!   wait), renews it while it works, saves with [`SessionLeases::save_fenced`] and
 //!   releases it. A save whose lease expired or was taken over fails with
 //!   [`StoreErrorKind::LeaseLost`] and writes nothing; a holder that dies loses its lease
-//!   after the TTL. Leases are advisory for unfenced saves: a plain
+//!   after the TTL. [`SessionLeases::acquire_and_load`] (acquire, then load) and
+//!   [`SessionLeases::save_fenced_and_release`] (the last fenced save, then release)
+//!   take one round trip each where the store can, with the same guarantees. Leases are advisory for unfenced saves: a plain
 //!   [`SessionStore::save`] still needs only the right
 //!   version.
 //! - **Faults.** A server that cannot be reached fails the call with
@@ -42,7 +44,9 @@ pub(crate) mod storable;
 pub use file::FileSessionStore;
 pub use key::SessionKey;
 pub(crate) use lease::DynSessionLeases;
-pub use lease::{Lease, LeaseConfig, MAX_TTL, SessionLeases, acquire_polling, ttl_millis};
+pub use lease::{
+    Lease, LeaseConfig, MAX_TTL, SessionLeases, acquire_polling, release_logged, ttl_millis,
+};
 pub(crate) use session::DynSessionStore;
 pub use session::{
     InMemorySessionStore, SessionStore, StoreError, StoreErrorKind, StoredSession, next_version,

@@ -11,6 +11,9 @@ pub(super) struct Sql {
     pub(super) update: String,
     pub(super) insert_fenced: String,
     pub(super) update_fenced: String,
+    pub(super) insert_fenced_release: String,
+    pub(super) update_fenced_release: String,
+    pub(super) load_leased: String,
     pub(super) probe_save: String,
     pub(super) lease_held: String,
     pub(super) delete: String,
@@ -45,6 +48,15 @@ impl Sql {
         // The rows of the messages written (`texts`, from index `from`) once the session
         // row `s` changed, replacing any stored at those indexes, and the removal of
         // stored rows past the new end.
+        // With `release`, the lease of the token `$token` is released in the same
+        // statement, once the session row changed (nothing is released otherwise).
+        let release = |token: &str| {
+            format!(
+                "rel AS (UPDATE {l} SET token = '', expires_at = '-infinity'
+                         WHERE session_key = $1 AND token = {token}
+                           AND EXISTS (SELECT 1 FROM s)),"
+            )
+        };
         let rows = |from: &str, texts: &str| {
             format!(
                 "d AS (DELETE FROM {m} WHERE session_key = $1
@@ -60,11 +72,16 @@ impl Sql {
         };
         // $1 key, $2 expected version, $3 new version, $4 unchanged, $5 texts, $6 their
         // bytes, $7 the largest history (bytes of its JSON); fenced: $8 token, $9 fence.
-        let update = |fenced: bool| {
+        let update = |fenced: bool, releasing: bool| {
             let (with_held, from_held, set_fence, check_fence) = if fenced {
                 (held("$8"), ", held", "fence = $9,", "AND fence <= $9")
             } else {
                 (String::new(), "", "", "")
+            };
+            let rel = if releasing {
+                release("$8")
+            } else {
+                String::new()
             };
             let bytes = "CASE WHEN $4 = 0 THEN $6 ELSE msg_bytes - r.n + $6 END";
             format!(
@@ -80,16 +97,22 @@ impl Sql {
                          AND COALESCE(msg_count, 0) >= $4
                          AND {bytes} + greatest($4 + cardinality($5::text[]) - 1, 0) + 2 <= $7
                        RETURNING 1),
+                 {rel}
                  {}",
                 rows("$4", "$5")
             )
         };
         // $1 key, $2 user, $3 session, $4 texts, $5 their bytes; fenced: $6 token, $7 fence.
-        let insert = |fenced: bool| {
+        let insert = |fenced: bool, releasing: bool| {
             let (with_held, from_held, fence) = if fenced {
                 (held("$6"), " FROM held", "$7")
             } else {
                 (String::new(), "", "0")
+            };
+            let rel = if releasing {
+                release("$6")
+            } else {
+                String::new()
             };
             format!(
                 "WITH {with_held}
@@ -98,10 +121,26 @@ impl Sql {
                               cardinality($4::text[]), $5{from_held}
                        ON CONFLICT (session_key) DO NOTHING
                        RETURNING 1),
+                 {rel}
                  {}",
                 rows("0", "$4")
             )
         };
+        // $1 key, $2 the largest history sent back (a larger one is not read out):
+        // format, version, the whole-history text (format 1), the history's size, the
+        // message count and the messages (format 2), in one snapshot.
+        let load_columns = format!(
+            "format, version,
+             CASE WHEN format <> '{FORMAT_APPEND}' AND octet_length(messages) <= $2::bigint
+                  THEN messages END,
+             CASE WHEN format = '{FORMAT_APPEND}'
+                  THEN msg_bytes + greatest(msg_count - 1, 0) + 2
+                  ELSE octet_length(messages)::bigint END,
+             msg_count,
+             CASE WHEN format = '{FORMAT_APPEND}'
+                   AND msg_bytes + greatest(msg_count - 1, 0) + 2 <= $2::bigint
+                  THEN ARRAY(SELECT message FROM {m} WHERE session_key = $1 ORDER BY idx) END"
+        );
         Self {
             migrate: format!(
                 "BEGIN;
@@ -133,26 +172,22 @@ impl Sql {
                  );
                  COMMIT;"
             ),
-            // $1 key, $2 the largest history sent back (a larger one is not read out):
-            // format, version, the whole-history text (format 1), the history's size,
-            // the message count and the messages (format 2), in one snapshot.
-            load: format!(
-                "SELECT format, version,
-                        CASE WHEN format <> '{FORMAT_APPEND}' AND octet_length(messages) <= $2::bigint
-                             THEN messages END,
-                        CASE WHEN format = '{FORMAT_APPEND}'
-                             THEN msg_bytes + greatest(msg_count - 1, 0) + 2
-                             ELSE octet_length(messages)::bigint END,
-                        msg_count,
-                        CASE WHEN format = '{FORMAT_APPEND}'
-                              AND msg_bytes + greatest(msg_count - 1, 0) + 2 <= $2::bigint
-                             THEN ARRAY(SELECT message FROM {m} WHERE session_key = $1 ORDER BY idx) END
-                 FROM {t} WHERE session_key = $1"
+            load: format!("SELECT {load_columns} FROM {t} WHERE session_key = $1"),
+            // As `load` ($3 the token), only while the lease is held by that token, with
+            // its fence first: no row when it is not held; NULL session columns when
+            // the session was never saved. Sent right after `acquire` on the same
+            // connection, so it runs once the acquisition committed.
+            load_leased: format!(
+                "SELECT l.fence, {load_columns}
+                 FROM {l} l LEFT JOIN {t} USING (session_key)
+                 WHERE session_key = $1 AND l.token = $3 AND l.expires_at > clock_timestamp()"
             ),
-            insert: insert(false),
-            update: update(false),
-            insert_fenced: insert(true),
-            update_fenced: update(true),
+            insert: insert(false, false),
+            update: update(false, false),
+            insert_fenced: insert(true, false),
+            update_fenced: update(true, false),
+            insert_fenced_release: insert(true, true),
+            update_fenced_release: update(true, true),
             // $1 key, $2 unchanged: why an update changed nothing.
             probe_save: format!(
                 "SELECT format, version, fence, msg_count, msg_bytes,
