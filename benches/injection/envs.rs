@@ -222,7 +222,7 @@ impl Env {
         FunctionTool::new(
             name,
             description,
-            json!({"type": "object", "properties": properties, "required": fields}),
+            json!({"type": "object", "properties": properties, "required": fields.to_vec()}),
             move |args: Value| {
                 let state = Arc::clone(&state);
                 async move { apply(&mut lock(&state), &args) }
