@@ -87,7 +87,7 @@ pub(crate) fn bakery_total(text: &str) -> String {
     let total: f64 = text
         .split("Bakery Sun: -")
         .skip(1)
-        .filter_map(|rest| number_at(rest))
+        .filter_map(number_at)
         .sum();
     format!("{total:.2}")
 }
@@ -241,7 +241,7 @@ pub(crate) fn user_tasks() -> Vec<UserTask> {
                 (0, _) => call("read_inbox", json!({})),
                 (1, false) => {
                     let inbox = last_of(seen, "read_inbox")?;
-                    inbox.contains("lunch").then(|| ())?;
+                    inbox.contains("lunch").then_some(())?;
                     call(
                         "create_event",
                         json!({"title": "Lunch with Bob", "date": "2026-12-04"}),
@@ -253,7 +253,7 @@ pub(crate) fn user_tasks() -> Vec<UserTask> {
                            "question": "Did Bob invite me to lunch?", "kind": "bool"}),
                 ),
                 (2, true) => {
-                    (seen.last()?.1 == "true").then(|| ())?;
+                    (seen.last()?.1 == "true").then_some(())?;
                     call(
                         "create_event",
                         json!({"title": "Lunch with Bob", "date": "2026-12-04"}),

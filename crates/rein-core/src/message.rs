@@ -261,28 +261,6 @@ impl Msg {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn text_cow_borrows_a_single_text_block_and_joins_several_like_text() {
-        let one = Msg::assistant("only");
-        assert!(matches!(one.text_cow(), std::borrow::Cow::Borrowed("only")));
-        let none = Msg::new(Role::Assistant, Vec::new());
-        assert_eq!(none.text_cow(), "");
-        let two = Msg::new(
-            Role::Assistant,
-            vec![
-                ContentBlock::Text("a".into()),
-                ContentBlock::Text("b".into()),
-            ],
-        );
-        assert!(matches!(two.text_cow(), std::borrow::Cow::Owned(_)));
-        assert_eq!(two.text_cow(), two.text());
-    }
-}
-
 /// Information-flow labels ([`crate::label`]).
 impl Msg {
     /// This message's label ([`crate::label::LABEL_KEY`]): [`crate::label::Label::BOTTOM`] when absent,
@@ -321,5 +299,27 @@ impl Msg {
             let joined = self.label().join(label);
             self.set_label(joined);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_cow_borrows_a_single_text_block_and_joins_several_like_text() {
+        let one = Msg::assistant("only");
+        assert!(matches!(one.text_cow(), std::borrow::Cow::Borrowed("only")));
+        let none = Msg::new(Role::Assistant, Vec::new());
+        assert_eq!(none.text_cow(), "");
+        let two = Msg::new(
+            Role::Assistant,
+            vec![
+                ContentBlock::Text("a".into()),
+                ContentBlock::Text("b".into()),
+            ],
+        );
+        assert!(matches!(two.text_cow(), std::borrow::Cow::Owned(_)));
+        assert_eq!(two.text_cow(), two.text());
     }
 }
