@@ -1,24 +1,5 @@
 //! [`ExtractTool`]: a small, typed value read out of a quarantined document by a model
 //! that has no tools.
-//!
-//! The planner model never reads a quarantined document (it sees `$doc1`); it asks this
-//! tool a question about one and names the type of the answer. The document reaches the
-//! tool because the runtime substitutes the handle in the `document` argument after
-//! `PreActing`. The tool asks its own agent — built by the application with no tools and
-//! no subagents, so whatever the document says it can only answer — and checks the
-//! answer against the type before anything is returned:
-//!
-//! | `kind` | answer | label of the result |
-//! |---|---|---|
-//! | `bool` | `true` / `false` | endorsed: trusted, the document's confidentiality |
-//! | `choice` | one of the `choices` the planner listed | endorsed, as `bool` |
-//! | `number` | a finite number | the document's label (an attacker can choose a number) |
-//! | `text` | at most `max_chars` characters (≤ 200) | the document's label |
-//!
-//! Endorsement is sound for `bool` and `choice` because the planner wrote every value
-//! the answer can take: an injection can pick among them, never add an instruction. A
-//! number or a string read from untrusted content stays untrusted, so the policy still
-//! asks a human before it drives an action.
 
 use serde_json::{Value, json};
 
@@ -32,7 +13,26 @@ pub const MAX_TEXT_CHARS: usize = 200;
 pub const MAX_CHOICES: usize = 32;
 
 /// The extraction tool (default name `extract`). Register it on the planner agent next
-/// to the quarantined tools; see the [module docs](self).
+/// to the quarantined tools.
+///
+/// The planner model never reads a quarantined document (it sees `$doc1`); it asks this
+/// tool a question about one and names the type of the answer. The document reaches the
+/// tool because the runtime substitutes the handle in the `document` argument after
+/// `PreActing`. The tool asks its own agent — built by the application with no tools and
+/// no subagents, so whatever the document says it can only answer — and checks the
+/// answer against the type before anything is returned:
+///
+/// | `kind` | answer | label of the result |
+/// |---|---|---|
+/// | `bool` | `true` / `false` | endorsed: trusted, the document's confidentiality |
+/// | `choice` | one of the `choices` the planner listed | endorsed, as `bool` |
+/// | `number` | a finite number | the document's label (an attacker can choose a number) |
+/// | `text` | at most `max_chars` characters (≤ 200) | the document's label |
+///
+/// Endorsement is sound for `bool` and `choice` because the planner wrote every value
+/// the answer can take: an injection can pick among them, never add an instruction. A
+/// number or a string read from untrusted content stays untrusted, so the policy still
+/// asks a human before it drives an action.
 #[derive(Clone, Debug)]
 pub struct ExtractTool {
     agent: Agent,

@@ -1,32 +1,4 @@
 //! [`InformationFlowPolicy`]: tool calls judged on where the model's context came from.
-//!
-//! The runtime labels everything the model sees (see [`rein_core::label`]) and every
-//! tool declares what it can do ([`ToolCapabilities`]). This hook decides, on each
-//! call's `PreActing`, from three facts only — the call's label (everything the session
-//! held when the model made it), the label of the quarantined documents its arguments
-//! carry, and the tool's declaration — never from the call's text:
-//!
-//! 1. **Trusted action** ([`InformationFlowConfig::untrusted_action`], default
-//!    approve): a call that changes state or communicates outside, made while untrusted
-//!    content was in the model's context or carrying untrusted documents as arguments.
-//! 2. **Confidentiality** ([`InformationFlowConfig::confidentiality`], default deny):
-//!    an external call while data above the tool's ceiling was in the context or in
-//!    its arguments.
-//! 3. **Rule of Two** ([`InformationFlowConfig::rule_of_two`], default on): a session
-//!    that combines untrusted input, private data and a call that acts needs a human
-//!    for the call, whatever the two rules above allow.
-//!
-//! A call a human decided on (approved after a stop) runs: the human is the decision.
-//! Denials and stops name the rule and the label in the decision trail, the audit and
-//! the error the model reads.
-//!
-//! What this guarantees: no tool that declares it changes state or communicates
-//! outside runs, under an untrusted context or with untrusted arguments, without the
-//! policy's decision (a denial, a human, or the configuration's explicit `allow`). What
-//! it does not: it trusts the declarations (a tool declared read-only that writes is not
-//! stopped) and the labels of the application's own input; it cannot tell a harmless
-//! untrusted call from a harmful one (that is the human's job), and a quarantined
-//! document passed to a tool is the tool's to handle safely.
 
 use std::collections::BTreeMap;
 
@@ -106,9 +78,37 @@ impl Default for InformationFlowConfig {
 }
 
 /// The built-in information-flow policy (priority 90: after the argument guards, before
-/// the approval hook). See the [module docs](self) for the rules. A [`SyncHook`]: it
-/// decides from the event alone. Inherited by subagents (their calls are judged with
-/// their own labels, which start from the delegating call's).
+/// the approval hook). A [`SyncHook`]: it decides from the event alone. Inherited by
+/// subagents (their calls are judged with their own labels, which start from the
+/// delegating call's).
+///
+/// The runtime labels everything the model sees (see [`rein_core::label`]) and every
+/// tool declares what it can do ([`ToolCapabilities`]). This hook decides, on each
+/// call's `PreActing`, from three facts only — the call's label (everything the session
+/// held when the model made it), the label of the quarantined documents its arguments
+/// carry, and the tool's declaration — never from the call's text:
+///
+/// 1. **Trusted action** ([`InformationFlowConfig::untrusted_action`], default
+///    approve): a call that changes state or communicates outside, made while untrusted
+///    content was in the model's context or carrying untrusted documents as arguments.
+/// 2. **Confidentiality** ([`InformationFlowConfig::confidentiality`], default deny):
+///    an external call while data above the tool's ceiling was in the context or in
+///    its arguments.
+/// 3. **Rule of Two** ([`InformationFlowConfig::rule_of_two`], default on): a session
+///    that combines untrusted input, private data and a call that acts needs a human
+///    for the call, whatever the two rules above allow.
+///
+/// A call a human decided on (approved after a stop) runs: the human is the decision.
+/// Denials and stops name the rule and the label in the decision trail, the audit and
+/// the error the model reads.
+///
+/// What this guarantees: no tool that declares it changes state or communicates
+/// outside runs, under an untrusted context or with untrusted arguments, without the
+/// policy's decision (a denial, a human, or the configuration's explicit `allow`). What
+/// it does not: it trusts the declarations (a tool declared read-only that writes is not
+/// stopped) and the labels of the application's own input; it cannot tell a harmless
+/// untrusted call from a harmful one (that is the human's job), and a quarantined
+/// document passed to a tool is the tool's to handle safely.
 #[derive(Clone, Debug)]
 pub struct InformationFlowPolicy {
     config: InformationFlowConfig,

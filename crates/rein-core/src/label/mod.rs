@@ -8,7 +8,7 @@
 //!   user input gets the agent's input label
 //!   ([`AgentBuilder::input_label`](crate::agent::AgentBuilder::input_label), default
 //!   trusted and public) unless the message carries a label already
-//!   ([`Msg::with_label`]);
+//!   ([`Msg::with_label`](crate::Msg::with_label));
 //! - a tool result gets the label its tool declares
 //!   ([`ToolCapabilities::result`](crate::tool::ToolCapabilities::result)) joined with
 //!   the labels of the quarantined documents its arguments named; the runtime's own
