@@ -13,7 +13,8 @@
 //! model fooled by every injection. With `--real`: the real model is the planner and the
 //! extractor (the local one of the tests: `scripts/real-model start` then
 //! `eval "$(scripts/real-model env)" && cargo run --release --all-features --example
-//! injection_bench -- --real`).
+//! injection_bench -- --real`). `--env banking` (or `workspace`, `messaging`) runs one
+//! environment.
 
 #[path = "../benches/injection/mod.rs"]
 mod injection;
@@ -29,22 +30,38 @@ use injection::{Config, Models, Row, run_env};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let real = std::env::args().any(|a| a == "--real");
+    let args: Vec<String> = std::env::args().collect();
+    let real = args.iter().any(|a| a == "--real");
+    // `--env banking` (or workspace, messaging): one environment only.
+    let envs: Vec<EnvKind> = match args.iter().position(|a| a == "--env") {
+        Some(i) => {
+            let name = args.get(i + 1).map(String::as_str).unwrap_or("");
+            let env = EnvKind::ALL
+                .into_iter()
+                .find(|e| e.name() == name)
+                .ok_or_else(|| {
+                    format!("--env: no environment `{name}` (banking, workspace, messaging)")
+                })?;
+            vec![env]
+        }
+        None => EnvKind::ALL.to_vec(),
+    };
     if real {
         let Some(model) = common::real_model()? else {
             return Err("--real needs a real model: see this example's first lines".into());
         };
+        println!("planner and extractor: the real model (rows as they finish)\n");
         let mut rows = Vec::new();
         for config in Config::ALL {
-            for env in EnvKind::ALL {
+            for &env in &envs {
                 let models = |_: &UserTask, _: Option<&InjectionTask>| Models {
                     planner: Arc::clone(&model),
                     extractor: Arc::clone(&model),
                 };
                 rows.push(run_env(env, config, &models).await);
+                println!("{}", injection::table(&rows[rows.len() - 1..]));
             }
         }
-        println!("planner and extractor: the real model\n");
         println!("{}", injection::table(&rows));
         return Ok(());
     }
@@ -53,7 +70,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut rows: Vec<Row> = Vec::new();
     for config in Config::ALL {
         let quarantine = config == Config::PolicyQuarantine;
-        for env in EnvKind::ALL {
+        for &env in &envs {
             let honest = |task: &UserTask, _: Option<&InjectionTask>| Models {
                 planner: Planner::new(task, quarantine, false),
                 extractor: Arc::new(Extractor),
