@@ -389,11 +389,13 @@ fn w1_allocations(calls: usize) -> u64 {
 /// system message, 99 once admission validated arguments in place, the model name
 /// was borrowed per turn and a context's ids and extensions took one allocation
 /// each, 98 once a new session's conversation started as the agent's shared empty
-/// list; 100 with the effect journal's per-call bookkeeping). A change that adds
+/// list; 100 with the effect journal's per-call bookkeeping; 101 with the cell a tool
+/// call's result label is adjusted through, `ToolContext::raise_result_label` and
+/// `endorse_result`: one `Arc` per tool call). A change that adds
 /// allocations to every call fails here; raise the budget only with a reason.
 #[test]
 fn a_w1_call_stays_within_its_allocation_budget() {
     let n = w1_allocations(20);
     eprintln!("allocations per W1 call: {n}");
-    assert!(n <= 100, "a W1 call made {n} allocations (budget 100)");
+    assert!(n <= 101, "a W1 call made {n} allocations (budget 101)");
 }
