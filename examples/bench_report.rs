@@ -54,7 +54,7 @@
 //!   say `SKIPPED` and why. `cargo bench --all-features --bench stores` prints the same
 //!   table with 2,000 calls per cell.
 //!
-//! `--probe <plain|async10|sync10|sync1|production|history|HOOK|kind:KIND> <n>` only
+//! `--probe <plain|async10|sync10|sync1|production|labels|budget|history|HOOK|kind:KIND> <n>` only
 //! runs `n` W1 calls (a driver for `valgrind --tool=callgrind`); `HOOK` is one
 //! production hook alone (`latency`, `masking`, `audit`, `tool_guard`,
 //! `dynamic_options`), and `kind:PostCall` (any [`EventKind`] name) subscribes one
@@ -464,6 +464,8 @@ fn main() {
             "async10" => w1_agent(10),
             "sync10" => w1_sync_agent(10),
             "sync1" => w1_sync_agent(1),
+            "labels" => support::w1_labels_agent(),
+            "budget" => support::w1_budget_agent(),
             // One production hook alone, to attribute the set's cost.
             hook @ ("latency" | "masking" | "audit" | "tool_guard" | "dynamic_options") => {
                 w1_single_hook_agent(hook)

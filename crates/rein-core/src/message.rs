@@ -296,8 +296,11 @@ impl Msg {
     /// Raises this message's label to include `label` (a no-op for the bottom).
     pub(crate) fn raise_label(&mut self, label: crate::label::Label) {
         if !label.is_bottom() {
-            let joined = self.label().join(label);
-            self.set_label(joined);
+            let current = self.label();
+            let joined = current.join(label);
+            if joined != current {
+                self.set_label(joined);
+            }
         }
     }
 }

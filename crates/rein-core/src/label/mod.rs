@@ -186,7 +186,12 @@ impl Label {
     /// The label as stored under [`LABEL_KEY`]: `None` for the bottom, else
     /// `"integrity/confidentiality"`.
     pub fn stored(self) -> Option<Value> {
-        (!self.is_bottom()).then(|| Value::String(self.to_string()))
+        (!self.is_bottom()).then(|| Value::String(self.name().to_owned()))
+    }
+
+    /// The canonical name, `"integrity/confidentiality"` (what [`fmt::Display`] writes).
+    pub fn name(self) -> &'static str {
+        NAMES[usize::from(self.bits())]
     }
 }
 
@@ -211,14 +216,22 @@ impl Confidentiality {
     }
 }
 
+/// Every label's canonical name, by [`Label::bits`] (bits 1–2 at 3 are unused and name
+/// the top).
+const NAMES: [&str; 8] = [
+    "trusted/public",
+    "untrusted/public",
+    "trusted/private",
+    "untrusted/private",
+    "trusted/secret",
+    "untrusted/secret",
+    "trusted/secret",
+    "untrusted/secret",
+];
+
 impl fmt::Display for Label {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}/{}",
-            self.integrity.as_str(),
-            self.confidentiality.as_str()
-        )
+        f.write_str(self.name())
     }
 }
 
@@ -257,6 +270,10 @@ impl FromStr for Label {
     /// `"untrusted/private"`, or one part alone (`"untrusted"`: public; `"private"`:
     /// trusted).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        // The stored form is always a canonical name: read it without parsing.
+        if let Some(bits) = NAMES.iter().position(|n| *n == s) {
+            return Ok(Label::from_bits(u8::try_from(bits).unwrap_or(u8::MAX)));
+        }
         let bad = || LabelParseError(s.to_owned());
         match s.split_once('/') {
             Some((i, c)) => Ok(Label::new(
