@@ -42,6 +42,10 @@ pub(crate) struct Conversation {
     /// The idle clock's reading when this conversation last entered the idle queue (0:
     /// never).
     pub(super) queued_at: u64,
+    /// The join of the labels of `messages[..n]`, as `(n, label)`: the session's label
+    /// is folded incrementally, not rescanned every turn. Cleared when the messages are
+    /// replaced; a raise of a folded message joins in here too.
+    pub(super) label: Option<(usize, crate::label::Label)>,
 }
 
 impl Conversation {
@@ -64,6 +68,7 @@ impl Conversation {
         self.messages = Arc::new(messages);
         self.packed = None;
         self.stored = 0;
+        self.label = None;
     }
 
     /// Notes that the message at `index` was changed in place: the next save rewrites
@@ -559,7 +564,28 @@ impl CallMemory {
                 super::quarantine::store(msg, handle, doc);
             }
         }
+        if let Some((n, folded)) = self.guard.label
+            && i < n
+        {
+            self.guard.label = Some((n, folded.join(label)));
+        }
         i
+    }
+
+    /// The join of the labels of every stored message: the label of a model turn made
+    /// now. Folds only what was added since the last time.
+    pub(crate) fn session_label(&mut self) -> crate::label::Label {
+        let conv = &mut *self.guard;
+        let len = conv.messages.len();
+        let (from, base) = match conv.label {
+            Some((n, l)) if n <= len => (n, l),
+            _ => (0, crate::label::Label::BOTTOM),
+        };
+        let label = conv.messages[from..]
+            .iter()
+            .fold(base, |acc, m| acc.join(m.label()));
+        conv.label = Some((len, label));
+        label
     }
 
     /// Brings the conversation in line with the store (see [`Conversation::sync`]).

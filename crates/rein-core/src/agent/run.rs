@@ -564,7 +564,7 @@ impl Call<'_> {
             return Ok(None);
         }
         // Everything the session holds influenced this turn.
-        self.label = crate::label::Label::join_all(memory.messages().iter().map(Msg::label));
+        self.label = memory.session_label();
         let mut messages =
             Messages::from_parts(self.system.clone(), memory.shared(), self.retracted.clone());
         let mut options = self.request_options(false);

@@ -77,7 +77,7 @@ impl Call<'_> {
             "cancelled: maximum iterations ({}) reached",
             agent.max_iters
         ));
-        self.label = crate::label::Label::join_all(memory.messages().iter().map(Msg::label));
+        self.label = memory.session_label();
         let mut messages = Messages::from_parts(
             self.system.clone(),
             memory.shared(),
