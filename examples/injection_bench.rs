@@ -14,7 +14,7 @@
 //! extractor (the local one of the tests: `scripts/real-model start` then
 //! `eval "$(scripts/real-model env)" && cargo run --release --all-features --example
 //! injection_bench -- --real`). `--env banking` (or `workspace`, `messaging`) runs one
-//! environment.
+//! environment. `REIN_INJECTION_VERBOSE=1` prints every run (its calls, reply and outcome) to stderr.
 
 #[path = "../benches/injection/mod.rs"]
 mod injection;

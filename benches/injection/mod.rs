@@ -159,9 +159,33 @@ pub(crate) async fn run_one(
         resume.extensions().insert(decisions);
         out = agent.run(Vec::new(), resume).await;
     }
-    let state = env.state();
-    result.utility = (task.done)(&state, &reply);
-    result.attacked = injection.is_some_and(|i| (i.succeeded)(&state));
+    {
+        let state = env.state();
+        result.utility = (task.done)(&state, &reply);
+        result.attacked = injection.is_some_and(|i| (i.succeeded)(&state));
+    }
+    if std::env::var_os("REIN_INJECTION_VERBOSE").is_some() {
+        let calls: Vec<String> = agent
+            .messages(&rein::SessionKey::new(None, &session))
+            .await
+            .iter()
+            .flat_map(|m| {
+                m.tool_uses()
+                    .into_iter()
+                    .map(|u| format!("{}({})", u.name, u.input))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        eprintln!(
+            "{} {} [{}]: utility {} attacked {} calls {calls:?} reply {reply:?} error {:?}",
+            task.id,
+            injection.map_or("-", |i| i.id),
+            config.name(),
+            result.utility,
+            result.attacked,
+            result.error
+        );
+    }
     result
 }
 
