@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use tokio::sync::OwnedMutexGuard;
 
-use super::approvals::ApprovalDecisions;
 use super::history::{check_history, pending_tool_uses, repair, started_bit};
 use super::leasing::HeldLease;
 use super::packed::Packed;
@@ -261,67 +260,6 @@ impl Persistence {
                 );
             }
         });
-    }
-}
-
-impl super::AgentInner {
-    /// Opens a session for one call: waits for its slot (the in-process FIFO), then,
-    /// with leasing, acquires its lease (a [`StoreErrorKind::Busy`] when another holder
-    /// keeps it past the wait), then brings the conversation in line with the store.
-    /// With `resume` (the decisions of a call without input), fails with
-    /// [`StoreErrorKind::Conflict`] when they are stale on the conversation
-    /// ([`ApprovalDecisions::stale_on`]: another call resumed first).
-    /// On a failure nothing ran, the conversation is unchanged and the lease, if
-    /// acquired, is released.
-    pub(crate) async fn open_memory(
-        &self,
-        key: &SessionKey,
-        resume: Option<&ApprovalDecisions>,
-    ) -> Result<CallMemory, StoreError> {
-        let mut memory = self.open_synced(key).await?;
-        if let Some(why) = resume.and_then(|d| d.stale_on(memory.messages())) {
-            memory.disarm();
-            memory.abandon().await;
-            return Err(StoreError::with_kind(StoreErrorKind::Conflict, key, why));
-        }
-        Ok(memory)
-    }
-
-    async fn open_synced(&self, key: &SessionKey) -> Result<CallMemory, StoreError> {
-        let slot = self.sessions.slot(key);
-        let mut guard = Arc::clone(&slot).lock_owned().await;
-        self.sessions.touch(&slot, &mut guard);
-        let Some(store) = &self.store else {
-            guard.unpack(key)?;
-            let mut memory = CallMemory::new(guard, None);
-            memory.conversation().loaded = true;
-            return Ok(memory);
-        };
-        // Leftovers of an earlier call are saved first: then no load comes with the lease.
-        let load = !(guard.loaded && guard.dirty);
-        let (lease, preloaded) = match &self.leasing {
-            Some(leasing) => {
-                let (lease, stored) = leasing.acquire(key, load).await?;
-                (Some(lease), stored)
-            }
-            None => (None, None),
-        };
-        let mut memory = CallMemory::new(
-            guard,
-            Some(Persistence {
-                store: Arc::clone(store),
-                key: key.clone(),
-                slot,
-                lease,
-                reload: self.reload,
-            }),
-        );
-        if let Err(e) = memory.sync(preloaded).await {
-            memory.disarm();
-            memory.abandon().await;
-            return Err(e);
-        }
-        Ok(memory)
     }
 }
 
@@ -589,7 +527,10 @@ impl CallMemory {
     }
 
     /// Brings the conversation in line with the store (see [`Conversation::sync`]).
-    async fn sync(&mut self, preloaded: Option<StoredSession>) -> Result<(), StoreError> {
+    pub(super) async fn sync(
+        &mut self,
+        preloaded: Option<StoredSession>,
+    ) -> Result<(), StoreError> {
         let Self {
             guard, persistence, ..
         } = self;
@@ -648,7 +589,7 @@ impl CallMemory {
 
     /// Gives up the session without saving (the call did not start): releases the
     /// lease, if any, and settles.
-    async fn abandon(&mut self) {
+    pub(super) async fn abandon(&mut self) {
         if let Some(p) = self.persistence.take()
             && let Some(lease) = &p.lease
         {

@@ -74,6 +74,7 @@ mod leasing;
 mod loop_limits;
 mod memory;
 mod model_turn;
+mod opening;
 mod packed;
 pub mod quarantine;
 mod run;

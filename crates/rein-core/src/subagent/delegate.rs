@@ -21,12 +21,12 @@ use crate::agent::{
     Agent, AgentBuilder, AgentEvent, CallOutcome, ChildBinding, Narrowing, PENDING_CALLS_KEY,
     SessionKey, StopReason, Template,
 };
-use crate::error::{BuildError, BuildErrorKind};
+use crate::error::BuildError;
 use crate::message::Msg;
 use crate::model::GenerateOptions;
 use crate::tool::policy::check_allowlist;
 use crate::tool::{
-    EffectClass, SharedTool, Tool, ToolCapabilities, ToolContext, ToolError, ToolSchema, expects,
+    EffectClass, Tool, ToolCapabilities, ToolContext, ToolError, ToolSchema, expects,
 };
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -433,7 +433,7 @@ fn task_of(input: &Value) -> (String, Option<Duration>) {
 /// forwarded to a streaming caller, its result (or its waiting calls) as the tool's
 /// result. The one body behind `agent_spawn` and every `ask_<id>` tool; `expects` is
 /// what the calling tool accepts, for its error results.
-async fn delegate(
+pub(super) async fn delegate(
     delegation: &Delegation,
     id: &str,
     input: &Value,
@@ -599,118 +599,5 @@ impl Tool for SpawnTool {
 
     async fn call(&self, input: Value, ctx: ToolContext) -> Result<String, ToolError> {
         self.spawn(input, ctx).await
-    }
-}
-
-/// The tool name of the subagent `id` in [`DelegationStyle::ToolPerSubagent`]:
-/// `ask_<id>` with every character other than ASCII letters and digits as `_`.
-pub(crate) fn ask_tool_name(id: &str) -> String {
-    let safe: String = id
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    format!("ask_{safe}")
-}
-
-/// The longest tool name the chat APIs accept.
-const MAX_TOOL_NAME: usize = 64;
-
-/// One subagent offered as its own tool ([`DelegationStyle::ToolPerSubagent`]).
-pub(crate) struct AskTool {
-    delegation: Arc<Delegation>,
-    id: String,
-    name: String,
-    description: String,
-}
-
-impl AskTool {
-    /// The tools for every subagent known now, in the registry's order.
-    ///
-    /// # Errors
-    /// Two subagent ids with the same tool name, or a tool name longer than the chat
-    /// APIs accept.
-    pub(crate) fn for_all(delegation: &Arc<Delegation>) -> Result<Vec<SharedTool>, BuildError> {
-        delegation.registry.refresh();
-        let mut tools = Vec::new();
-        let mut names: HashMap<String, String> = HashMap::new();
-        for (id, description) in delegation.registry.listing() {
-            let name = ask_tool_name(&id);
-            if name.len() > MAX_TOOL_NAME {
-                return Err(BuildError::new(
-                    BuildErrorKind::Tool,
-                    format!(
-                        "subagent `{id}`: its tool name `{name}` is longer than \
-                         {MAX_TOOL_NAME} characters; shorten the id or use DelegationStyle::Spawn"
-                    ),
-                ));
-            }
-            if let Some(other) = names.insert(name.clone(), id.clone()) {
-                return Err(BuildError::new(
-                    BuildErrorKind::Tool,
-                    format!(
-                        "subagents `{other}` and `{id}` both get the tool name `{name}`; \
-                         rename one or use DelegationStyle::Spawn"
-                    ),
-                ));
-            }
-            let description = format!(
-                "Ask the subagent `{id}` to do a task and wait for its reply. {description} \
-                 Give `task`: everything it needs to know (it does not see this \
-                 conversation)."
-            );
-            tools.push(SharedTool::new(AskTool {
-                delegation: Arc::clone(delegation),
-                id,
-                name,
-                description,
-            }));
-        }
-        Ok(tools)
-    }
-}
-
-/// The declared arguments of an `ask_<id>` tool (unknown properties ignored, as for
-/// `agent_spawn`).
-fn ask_parameters() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "task": {"type": "string", "description": "The task, self-contained."},
-            "timeout_seconds": {"type": "integer", "minimum": 1, "maximum": 3600,
-                                "description": "Cancel the subagent after this many seconds."}
-        },
-        "required": ["task"]
-    })
-}
-
-impl Tool for AskTool {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn description(&self) -> &str {
-        &self.description
-    }
-
-    fn parameters(&self) -> Value {
-        ask_parameters()
-    }
-
-    /// Journaled like `agent_spawn` (see [`SpawnTool`]'s effect class).
-    /// Neither changes state nor sends anything out itself: the subagent's own calls
-    /// are judged inside it, where its context starts from this call's label (its
-    /// task carries it) and the inherited policy hooks run. Its result carries the
-    /// label of everything the subagent saw.
-    fn capabilities(&self) -> ToolCapabilities {
-        ToolCapabilities::new().changes_state(false)
-    }
-
-    fn effect_class(&self) -> EffectClass {
-        EffectClass::AtMostOnce
-    }
-
-    async fn call(&self, input: Value, ctx: ToolContext) -> Result<String, ToolError> {
-        let expects = || expects(&self.name, &ask_parameters());
-        delegate(&self.delegation, &self.id, &input, ctx, expects).await
     }
 }

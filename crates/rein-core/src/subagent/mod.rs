@@ -80,6 +80,7 @@
 //! on the parent forgets those too, down the whole tree; there is no other eviction, so
 //! child conversations are bounded by (subagents × parent sessions not yet forgotten).
 
+mod ask;
 mod delegate;
 mod narrow;
 mod plan;

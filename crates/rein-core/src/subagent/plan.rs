@@ -6,7 +6,8 @@ use std::any::Any;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::delegate::{AskTool, Delegation, SpawnTool};
+use super::ask::AskTool;
+use super::delegate::{Delegation, SpawnTool};
 use super::registry::Registry;
 use super::{SubagentDeclaration, SubagentFactory};
 use crate::agent::{
