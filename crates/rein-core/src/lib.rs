@@ -32,7 +32,7 @@ mod util;
 
 pub use agent::{
     Agent, AgentBuilder, AgentEvent, AgentInfo, AgentStream, CallOutcome, ContextPolicy,
-    Extensions, OutputMode, RunContext, StopReason, StreamRelease, TypedOutcome,
+    DoubleText, Extensions, OutputMode, RunContext, StopReason, StreamRelease, TypedOutcome,
 };
 pub use budget::{Budget, BudgetExhausted, ModelPrice, Prices};
 pub use error::{BuildError, BuildErrorKind, Error, ErrorKind, HookFailureKind};

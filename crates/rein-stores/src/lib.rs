@@ -138,6 +138,44 @@ macro_rules! engine_store_traits {
                 self.inner_acquire_and_load(key, ttl, wait)
             }
 
+            fn acquire_queued_and_load(
+                &self,
+                key: &SessionKey,
+                ttl: std::time::Duration,
+                wait: std::time::Duration,
+                max_waiting: usize,
+            ) -> impl Future<
+                Output = Result<
+                    (
+                        rein_core::store::Lease,
+                        Option<rein_core::store::StoredSession>,
+                    ),
+                    StoreError,
+                >,
+            > + Send {
+                self.inner_acquire_queued_and_load(key, ttl, wait, max_waiting)
+            }
+
+            fn signal(
+                &self,
+                key: &SessionKey,
+                signal: rein_core::store::SessionSignal,
+            ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+                self.inner_signal(key, signal)
+            }
+
+            fn signalled(
+                &self,
+                lease: &rein_core::store::Lease,
+            ) -> impl Future<Output = Result<Option<rein_core::store::SessionSignal>, StoreError>>
+                   + Send {
+                self.inner_signalled(lease)
+            }
+
+            fn orders_and_signals(&self) -> bool {
+                true
+            }
+
             fn save_fenced_and_release(
                 &self,
                 lease: &rein_core::store::Lease,

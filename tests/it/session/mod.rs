@@ -9,6 +9,8 @@ mod boundaries;
 mod budget_processes;
 mod budgets;
 mod crash;
+mod double_text;
+mod double_text_processes;
 mod durable;
 mod exactly_once;
 mod exactly_once_crash;

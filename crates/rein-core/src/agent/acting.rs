@@ -617,6 +617,12 @@ impl Call<'_> {
             agent_path: self.agent.info.name.clone(),
             changes: Vec::new(),
         };
+        self.keep_runtime(d);
+    }
+
+    /// Keeps a decision the runtime made (not a hook): emitted on the current span,
+    /// forwarded to a delegating call's trail, kept in this call's.
+    pub(super) fn keep_runtime(&self, d: Decision) {
         crate::hook::emit_decision(&d);
         self.forward(std::slice::from_ref(&d));
         self.trail

@@ -243,6 +243,8 @@ impl<S> AgentBuilder<S> {
                 store: c.store,
                 leasing: c.leasing,
                 reload: c.reload,
+                double_text: c.double_text,
+                max_waiting: c.max_waiting,
                 delegation,
                 trail: c.trail,
                 record_content: c.record_content,
@@ -302,6 +304,20 @@ fn check_settings(c: &AgentConfig) -> Result<(), BuildError> {
     }
     if let Some(l) = &c.leasing {
         l.check()?;
+        if matches!(
+            c.double_text,
+            super::DoubleText::Interrupt | super::DoubleText::Rollback
+        ) && !l.leases.orders_and_signals()
+        {
+            return Err(BuildError::invalid_config(
+                "double_text",
+                format!(
+                    "{:?} across replicas needs a leased store that carries signals \
+                     (SessionLeases::orders_and_signals); this store does not",
+                    c.double_text
+                ),
+            ));
+        }
     }
     check_budgets(c)
 }

@@ -210,12 +210,7 @@ impl Call<'_> {
             agent_path: self.agent.info.name.clone(),
             changes: Vec::new(),
         };
-        crate::hook::emit_decision(&d);
-        self.forward(std::slice::from_ref(&d));
-        self.trail
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(d);
+        self.keep_runtime(d);
     }
 
     /// Writes what the session spent (and, `reserving`, what is in flight) onto the last

@@ -60,6 +60,10 @@ pub(crate) struct AgentConfig {
     pub(crate) record_content: bool,
     pub(crate) tool_labels: Option<Arc<HashSet<String>>>,
     pub(crate) hot_sessions: usize,
+    /// What a call on a busy session does ([`AgentBuilder::double_text`](super::AgentBuilder::double_text)).
+    pub(crate) double_text: super::DoubleText,
+    /// How many calls may wait for one session.
+    pub(crate) max_waiting: usize,
     /// Applied, in order, to every stream of the agent ([`AgentBuilder::stream_filter`]).
     pub(crate) stream_filters: Vec<super::StreamFilter>,
     /// Every call's budget, and whose it is (a subagent's slice names the subagent).
@@ -115,6 +119,8 @@ impl Default for AgentConfig {
             record_content: false,
             tool_labels: None,
             hot_sessions: super::sessions::HOT_SESSIONS,
+            double_text: super::DoubleText::Enqueue,
+            max_waiting: super::double_text::MAX_WAITING,
             stream_filters: Vec::new(),
             call_budget: None,
             session_budget: None,
@@ -189,6 +195,8 @@ impl AgentConfig {
             record_content: self.record_content,
             tool_labels: self.tool_labels.clone(),
             hot_sessions: self.hot_sessions,
+            double_text: super::DoubleText::Enqueue,
+            max_waiting: self.max_waiting,
             // A child's events reach the caller through its parent's stream, filtered there.
             stream_filters: Vec::new(),
             // A child draws from its delegating call's budgets (through the run

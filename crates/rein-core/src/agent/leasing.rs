@@ -43,8 +43,30 @@ impl Leasing {
         &self,
         key: &SessionKey,
         load: bool,
+        policy: super::DoubleText,
+        max_waiting: usize,
     ) -> Result<(HeldLease, Option<StoredSession>), StoreError> {
-        let (lease, stored) = if load {
+        use super::DoubleText;
+        let signal = match policy {
+            DoubleText::Interrupt => Some(crate::store::SessionSignal::Interrupt),
+            DoubleText::Rollback => Some(crate::store::SessionSignal::Rollback),
+            _ => None,
+        };
+        if let Some(signal) = signal {
+            self.leases.signal(key, signal).await?;
+        }
+        let (lease, stored) = if policy == DoubleText::Reject {
+            // One attempt, and no queue: a session with waiters is busy too.
+            self.leases
+                .acquire_and_load(key, self.config.ttl, std::time::Duration::ZERO)
+                .await?
+        } else if self.leases.orders_and_signals() {
+            let (lease, stored) = self
+                .leases
+                .acquire_queued_and_load(key, self.config.ttl, self.config.wait, max_waiting)
+                .await?;
+            (lease, stored.filter(|_| load))
+        } else if load {
             self.leases
                 .acquire_and_load(key, self.config.ttl, self.config.wait)
                 .await?
@@ -126,6 +148,14 @@ impl HeldLease {
             self.mark_lost();
         }
         saved
+    }
+
+    /// The signal a newer call sent this lease's holder, if any
+    /// ([`SessionLeases::signalled`]).
+    pub(crate) async fn signalled(
+        &self,
+    ) -> Result<Option<crate::store::SessionSignal>, StoreError> {
+        self.leases.signalled(&self.lease).await
     }
 
     /// Releases the lease (failures are logged: the lease then expires after its TTL).

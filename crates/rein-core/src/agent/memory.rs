@@ -279,6 +279,8 @@ pub(crate) struct CallMemory {
     /// tool uses (bit `p`; bit 63 also for every later position), so a repair never
     /// calls a started tool "not executed". No allocation per call.
     started: u64,
+    /// The double-text signal this call watches ([`super::double_text`]).
+    watch: Option<super::double_text::Watch>,
 }
 
 /// Result text for tool uses left without a result by a dropped call.
@@ -300,7 +302,29 @@ impl CallMemory {
             armed: true,
             persistence,
             started: 0,
+            watch: None,
         }
+    }
+
+    /// The double-text signal of this call's slot (set when the call took it).
+    pub(crate) fn watch(&self) -> Option<&super::double_text::Watch> {
+        self.watch.as_ref()
+    }
+
+    pub(crate) fn set_watch(&mut self, watch: super::double_text::Watch) {
+        self.watch = Some(watch);
+    }
+
+    /// Replaces everything from `start` on with `tail` (a rollback): the next save
+    /// rewrites the stored history from `start`, and the session's label is folded
+    /// again (what was dropped no longer counts, what stays does).
+    pub(crate) fn rewrite_from(&mut self, start: usize, tail: Vec<Msg>) {
+        let conv = &mut *self.guard;
+        let messages = Arc::make_mut(&mut conv.messages);
+        messages.truncate(start);
+        messages.extend(tail);
+        conv.changed_at(start);
+        conv.label = None;
     }
 
     /// Whether this call journals effects (it has a store to journal them in).
@@ -432,6 +456,11 @@ impl CallMemory {
 
     fn messages_mut(&mut self) -> &mut Vec<Msg> {
         Arc::make_mut(&mut self.guard.messages)
+    }
+
+    /// How many messages the conversation holds.
+    pub(crate) fn len(&self) -> usize {
+        self.guard.messages.len()
     }
 
     pub(crate) fn push(&mut self, msg: Msg) {

@@ -64,6 +64,7 @@ mod compact;
 mod config;
 mod connect;
 mod delegation;
+pub mod double_text;
 mod effects;
 mod execute;
 mod fire;
@@ -91,6 +92,7 @@ pub(crate) use delegation::{
     Template,
 };
 pub use delegation::{DelegationStyle, ModelResolver};
+pub use double_text::{DoubleText, MAX_WAITING, ROLLED_BACK_KEY};
 
 pub use crate::context::{AgentInfo, Extensions, RunContext, StopReason};
 pub use acting::MAX_PRE_ACTING_PASSES;
@@ -220,6 +222,10 @@ pub(crate) struct AgentInner {
     pub(crate) leasing: Option<leasing::Leasing>,
     /// Load sessions at the start of every call (see `AgentConfig::reload`).
     pub(crate) reload: bool,
+    /// What a call on a busy session does, unless the call says.
+    pub(crate) double_text: DoubleText,
+    /// How many calls may wait for one session.
+    pub(crate) max_waiting: usize,
     /// Applied, in order, to every stream ([`AgentBuilder::stream_filter`]).
     pub(crate) stream_filters: Vec<StreamFilter>,
     /// Present when the agent can delegate (it then has the `agent_spawn` tool).

@@ -3,9 +3,13 @@
 
 use std::sync::Arc;
 
+use std::sync::atomic::Ordering;
+
+use super::DoubleText;
 use super::approvals::ApprovalDecisions;
+use super::double_text::{Control, Waiting, Watch};
 use super::memory::{CallMemory, Persistence};
-use crate::store::{SessionKey, StoreError, StoreErrorKind};
+use crate::store::{SessionKey, SessionSignal, StoreError, StoreErrorKind};
 
 impl super::AgentInner {
     /// Opens a session for one call: waits for its slot (the in-process FIFO), then,
@@ -20,8 +24,9 @@ impl super::AgentInner {
         &self,
         key: &SessionKey,
         resume: Option<&ApprovalDecisions>,
+        policy: DoubleText,
     ) -> Result<CallMemory, StoreError> {
-        let mut memory = self.open_synced(key).await?;
+        let mut memory = self.open_synced(key, policy).await?;
         if let Some(why) = resume.and_then(|d| d.stale_on(memory.messages())) {
             memory.disarm();
             memory.abandon().await;
@@ -30,21 +35,33 @@ impl super::AgentInner {
         Ok(memory)
     }
 
-    async fn open_synced(&self, key: &SessionKey) -> Result<CallMemory, StoreError> {
-        let slot = self.sessions.slot(key);
-        let mut guard = Arc::clone(&slot).lock_owned().await;
+    async fn open_synced(
+        &self,
+        key: &SessionKey,
+        policy: DoubleText,
+    ) -> Result<CallMemory, StoreError> {
+        let (slot, control) = self.sessions.slot_and_control(key);
+        let mut guard = match Arc::clone(&slot).try_lock_owned() {
+            Ok(guard) => guard,
+            Err(_) => self.wait_for_slot(key, &slot, &control, policy).await?,
+        };
+        let watch = Watch {
+            run: control.begin(),
+            control,
+        };
         self.sessions.touch(&slot, &mut guard);
         let Some(store) = &self.store else {
             guard.unpack(key)?;
             let mut memory = CallMemory::new(guard, None);
             memory.conversation().loaded = true;
+            memory.set_watch(watch);
             return Ok(memory);
         };
         // Leftovers of an earlier call are saved first: then no load comes with the lease.
         let load = !(guard.loaded && guard.dirty);
         let (lease, preloaded) = match &self.leasing {
             Some(leasing) => {
-                let (lease, stored) = leasing.acquire(key, load).await?;
+                let (lease, stored) = leasing.acquire(key, load, policy, self.max_waiting).await?;
                 (Some(lease), stored)
             }
             None => (None, None),
@@ -59,11 +76,53 @@ impl super::AgentInner {
                 reload: self.reload,
             }),
         );
+        memory.set_watch(watch);
         if let Err(e) = memory.sync(preloaded).await {
             memory.disarm();
             memory.abandon().await;
             return Err(e);
         }
         Ok(memory)
+    }
+
+    /// The slot is held by a running call: `Reject` fails at once; the other policies
+    /// count themselves waiting (`QueueFull` past the bound), signal the running call
+    /// (`Interrupt`, `Rollback`), and wait their turn (the slot's lock is FIFO).
+    async fn wait_for_slot(
+        &self,
+        key: &SessionKey,
+        slot: &Arc<tokio::sync::Mutex<super::memory::Conversation>>,
+        control: &Arc<Control>,
+        policy: DoubleText,
+    ) -> Result<tokio::sync::OwnedMutexGuard<super::memory::Conversation>, StoreError> {
+        if policy == DoubleText::Reject {
+            return Err(StoreError::with_kind(
+                StoreErrorKind::Busy,
+                key,
+                "another call on this session is running in this process (double-text policy \
+                 Reject); nothing ran",
+            ));
+        }
+        let before = control.waiting.fetch_add(1, Ordering::AcqRel);
+        let waiting = Waiting(Arc::clone(control));
+        if before >= self.max_waiting {
+            return Err(StoreError::with_kind(
+                StoreErrorKind::QueueFull,
+                key,
+                format!(
+                    "{} calls already wait for this session in this process (the queue is \
+                     full); nothing ran",
+                    self.max_waiting
+                ),
+            ));
+        }
+        match policy {
+            DoubleText::Interrupt => control.signal(SessionSignal::Interrupt),
+            DoubleText::Rollback => control.signal(SessionSignal::Rollback),
+            _ => {}
+        }
+        let guard = Arc::clone(slot).lock_owned().await;
+        drop(waiting);
+        Ok(guard)
     }
 }

@@ -170,7 +170,8 @@ impl AgentInner {
             .is_empty()
             .then(|| ctx.extensions().get::<super::ApprovalDecisions>())
             .flatten();
-        let mut memory = match self.open_memory(&key, resume.as_deref()).await {
+        let policy = ctx.double_text().unwrap_or(self.double_text);
+        let mut memory = match self.open_memory(&key, resume.as_deref(), policy).await {
             Ok(memory) => memory,
             Err(e) => {
                 return Err(self
@@ -404,6 +405,8 @@ impl Call<'_> {
             )));
         }
 
+        // Where this call's messages begin (what a rollback returns to).
+        let start = memory.len();
         // Calls an earlier attempt of this session started (a crash, a cancelled
         // call, another replica) are finished before new input is taken: a settled
         // result is replayed, an unknown outcome stops the call for a human.
@@ -429,6 +432,10 @@ impl Call<'_> {
         loop {
             if self.out_of_time() {
                 return self.stop_for_budget(memory).await;
+            }
+            // A safe point: every tool of the last turn has settled.
+            if let Some(signal) = self.superseded(memory, iteration).await? {
+                return self.stop_superseded(memory, signal, start).await;
             }
             if iteration >= agent.max_iters {
                 let Some(summary) = self.summarize(memory).await? else {

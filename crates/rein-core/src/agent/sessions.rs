@@ -5,6 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
+use super::double_text::Control;
 use super::memory::Conversation;
 use crate::message::Msg;
 use crate::store::SessionKey;
@@ -12,6 +13,10 @@ use crate::store::SessionKey;
 /// How many recently used sessions of an agent stay unpacked, unless the builder says
 /// otherwise ([`AgentBuilder::hot_sessions`](super::AgentBuilder::hot_sessions)).
 pub(crate) const HOT_SESSIONS: usize = 16_384;
+
+/// A session's conversation (its lock is the in-process FIFO) and its double-text
+/// control.
+type Slot = (Arc<tokio::sync::Mutex<Conversation>>, Arc<Control>);
 
 /// The per-session slots of an agent, and the idle queue that packs the conversations
 /// no call used lately.
@@ -26,7 +31,7 @@ pub(crate) const HOT_SESSIONS: usize = 16_384;
 /// weak: a forgotten session leaves its entry with nothing to pack.
 #[derive(Debug)]
 pub(crate) struct Sessions {
-    slots: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<Conversation>>>>,
+    slots: Mutex<HashMap<SessionKey, Slot>>,
     /// Counts openings (read without the queue's lock: a session opened lately skips
     /// the lock altogether).
     clock: AtomicU64,
@@ -55,16 +60,22 @@ impl Sessions {
     }
 
     pub(crate) fn slot(&self, key: &SessionKey) -> Arc<tokio::sync::Mutex<Conversation>> {
+        self.slot_and_control(key).0
+    }
+
+    /// The session's slot and its double-text control ([`Control`]).
+    pub(crate) fn slot_and_control(&self, key: &SessionKey) -> Slot {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(slot) = slots.get(key) {
-            return Arc::clone(slot);
+        if let Some((slot, control)) = slots.get(key) {
+            return (Arc::clone(slot), Arc::clone(control));
         }
         let slot = Arc::new(tokio::sync::Mutex::new(Conversation {
             messages: Arc::clone(&self.empty),
             ..Conversation::default()
         }));
-        slots.insert(key.clone(), Arc::clone(&slot));
-        slot
+        let control = Arc::new(Control::default());
+        slots.insert(key.clone(), (Arc::clone(&slot), Arc::clone(&control)));
+        (slot, control)
     }
 
     /// Forgets a session. Its idle-queue entry, when it is the latest one (a session
@@ -77,7 +88,7 @@ impl Sessions {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(key);
-        let Some(slot) = removed else {
+        let Some((slot, _)) = removed else {
             return false;
         };
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);

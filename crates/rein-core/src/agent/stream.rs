@@ -53,6 +53,16 @@ pub enum AgentEvent {
         /// The subagent's event.
         event: Box<AgentEvent>,
     },
+    /// A newer call on the session stopped this one at a safe point
+    /// ([`DoubleText`](super::DoubleText)): `reason` is
+    /// [`StopReason::Interrupted`](super::StopReason::Interrupted) or [`StopReason::RolledBack`](super::StopReason::RolledBack); `kept_effects` names
+    /// the tool calls (`` `name` (id) ``) a rollback could not undo. `Final` follows.
+    Superseded {
+        /// Why the call stopped.
+        reason: super::StopReason,
+        /// The tool calls with an effect a rollback kept (empty for an interrupt).
+        kept_effects: Vec<String>,
+    },
     /// The call finished; the last item of a successful stream.
     Final(CallOutcome),
     /// The call failed; the last item of a failed stream.

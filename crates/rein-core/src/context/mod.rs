@@ -52,6 +52,49 @@ pub enum StopReason {
     /// [`BUDGET_KEY`](crate::budget::BUDGET_KEY) (`kind`, `scope`, `limit`, `used`); its
     /// text is the last answer the model gave in this call, if any.
     BudgetExhausted,
+    /// A newer call on the session asked this one to stop
+    /// ([`DoubleText::Interrupt`](crate::agent::DoubleText::Interrupt)); it stopped at a
+    /// safe point (every tool it started had settled). The session keeps its input, its
+    /// turns and results so far, and the reply: a note that it was interrupted.
+    Interrupted,
+    /// A newer call on the session rolled this one back
+    /// ([`DoubleText::Rollback`](crate::agent::DoubleText::Rollback)) at a safe point:
+    /// the session holds what it held before this call, plus the tool calls with an
+    /// effect that had run (and their results), flagged
+    /// [`ROLLED_BACK_KEY`](crate::agent::ROLLED_BACK_KEY), and the reply: a note
+    /// listing them.
+    RolledBack,
+}
+
+/// What a call does when its session is already answering another call ("double
+/// texting"). Set per agent with [`AgentBuilder::double_text`](crate::AgentBuilder::double_text), per call with
+/// [`RunContext::with_double_text`]; the policy of the *newer* call decides. See the
+/// [`crate::agent::double_text`] docs for the guarantees of each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DoubleText {
+    /// Fail at once with [`StoreErrorKind::Busy`](crate::store::StoreErrorKind::Busy)
+    /// (an [`ErrorKind::Store`](crate::ErrorKind::Store)): nothing runs, nothing is
+    /// stored. A session whose queue holds waiters is busy too.
+    Reject,
+    /// Wait for the running call (and every call that arrived before) to end, first
+    /// come first served: in arrival order at the slot in a process, and at the store's
+    /// queue across replicas. Fails with `QueueFull` past
+    /// [`AgentBuilder::max_waiting`](crate::AgentBuilder::max_waiting), and with `Busy` after
+    /// [`LeaseConfig::wait`](crate::store::LeaseConfig::wait) under leasing.
+    #[default]
+    Enqueue,
+    /// Ask the running call to stop at its next safe point (its partial turn is kept:
+    /// its input, the turns and tool results so far, and a note that it was
+    /// interrupted), then wait as `Enqueue`. The running call ends with
+    /// [`StopReason::Interrupted`].
+    Interrupt,
+    /// Ask the running call to stop at its next safe point and discard its steps: the
+    /// session goes back to what it held before that call, except the tool calls with
+    /// an effect that already ran (not [`EffectClass::ReadOnly`](crate::EffectClass::ReadOnly)), which stay with
+    /// their results, flagged [`ROLLED_BACK_KEY`](crate::agent::ROLLED_BACK_KEY), after a note listing them. Then wait
+    /// as `Enqueue`. The running call ends with [`StopReason::RolledBack`].
+    Rollback,
 }
 
 /// A value an upper layer hands down through the lower ones, opaque to them: the

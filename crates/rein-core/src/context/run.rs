@@ -190,6 +190,8 @@ pub struct RunContext {
     /// a subagent's context inherits its delegating call's, so the child draws from what
     /// the parent has left).
     ledger: Option<Arc<crate::budget::Ledger>>,
+    /// This call's double-text policy, when it overrides the agent's.
+    double_text: Option<super::DoubleText>,
 }
 
 /// Marks a run as in progress for the duration of one call; clears it on drop.
@@ -222,6 +224,7 @@ impl RunContext {
             extensions: Extensions::default(),
             decisions: None,
             ledger: None,
+            double_text: None,
         }
     }
 
@@ -247,6 +250,7 @@ impl RunContext {
             extensions: self.extensions.snapshot(),
             decisions: self.decisions.clone(),
             ledger: self.ledger.clone(),
+            double_text: self.double_text,
         };
         derived
             .extensions
@@ -276,7 +280,24 @@ impl RunContext {
             extensions: self.extensions.snapshot(),
             decisions: None,
             ledger: self.ledger.clone(),
+            // A subagent's session is ordered by its delegating call.
+            double_text: None,
         }
+    }
+
+    /// This call's [`DoubleText`](super::DoubleText) policy, instead of the agent's
+    /// ([`AgentBuilder::double_text`](crate::AgentBuilder::double_text)). It decides what
+    /// this call does when its session is busy; a running call is stopped only by a
+    /// newer call's policy. Clones of the context keep it; a subagent's context does not.
+    #[must_use]
+    pub fn with_double_text(mut self, policy: super::DoubleText) -> Self {
+        self.double_text = Some(policy);
+        self
+    }
+
+    /// The policy set with [`with_double_text`](Self::with_double_text), if any.
+    pub fn double_text(&self) -> Option<super::DoubleText> {
+        self.double_text
     }
 
     /// The budget a call in this context draws from (see [`crate::budget`]).

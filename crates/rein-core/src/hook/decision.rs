@@ -59,6 +59,12 @@ pub enum DecisionKind {
     /// A budget ran out ([`crate::budget`]): `before` names the budget (scope and kind),
     /// `after` what was used against its limit; the call stopped before the spending.
     BudgetExhausted,
+    /// A newer call on the session ([`DoubleText::Interrupt`](crate::agent::DoubleText::Interrupt))
+    /// stopped this call at a safe point; what it did is kept.
+    Interrupted,
+    /// A newer call on the session ([`DoubleText::Rollback`](crate::agent::DoubleText::Rollback))
+    /// rolled this call back at a safe point; `reason` lists the effects that stayed.
+    RolledBack,
     /// A `PreActing` hook stopped a tool call for a human and said why
     /// ([`PreActingEvent::stop_for_human_because`](crate::PreActingEvent::stop_for_human_because));
     /// `reason` holds it (an information-flow policy names the label).
@@ -85,6 +91,8 @@ impl DecisionKind {
             DecisionKind::EffectReplayed => "effect_replayed",
             DecisionKind::OutcomeUnknown => "outcome_unknown",
             DecisionKind::BudgetExhausted => "budget_exhausted",
+            DecisionKind::Interrupted => "interrupted",
+            DecisionKind::RolledBack => "rolled_back",
             DecisionKind::ApprovalRequired => "approval_required",
         }
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use super::key::SessionKey;
+use super::queue::SessionSignal;
 use super::session::{StoreError, StoreErrorKind, StoredSession};
 use crate::message::Msg;
 
@@ -213,6 +214,74 @@ pub trait SessionLeases: Send + Sync + 'static {
             saved
         }
     }
+
+    /// [`acquire_and_load`](Self::acquire_and_load) in the order callers reached the
+    /// store: the caller joins the session's queue of waiters (see
+    /// [`crate::store::queue`]) and gets the lease only when it is free and every caller
+    /// that joined before it has been served or left. Across processes, the queue is
+    /// first come, first served by the store's order of arrival.
+    ///
+    /// At most `max_waiting` callers wait in the queue; a caller that would be one more
+    /// fails at once. A caller that gives up after `wait` leaves the queue; one that is
+    /// dropped or dies stays in it for [`WAITER_TTL`](crate::store::WAITER_TTL).
+    ///
+    /// The default is `acquire_and_load` (no queue: waiters are served roughly in
+    /// arrival order, and `max_waiting` is not enforced); a store that overrides it also
+    /// overrides [`orders_and_signals`](Self::orders_and_signals). The Redis,
+    /// PostgreSQL and in-memory stores queue.
+    ///
+    /// # Errors
+    /// [`StoreErrorKind::QueueFull`] when `max_waiting` callers already wait (nothing
+    /// joined, nothing read); otherwise as `acquire_and_load`.
+    fn acquire_queued_and_load(
+        &self,
+        key: &SessionKey,
+        ttl: Duration,
+        wait: Duration,
+        max_waiting: usize,
+    ) -> impl Future<Output = Result<(Lease, Option<StoredSession>), StoreError>> + Send {
+        let _ = max_waiting;
+        self.acquire_and_load(key, ttl, wait)
+    }
+
+    /// Signals the call that holds `key`'s lease now (another process's, possibly):
+    /// the holder reads it with [`signalled`](Self::signalled) at its safe points. The
+    /// signal names that holder's lease, so the next holder never sees it; a session
+    /// signalled twice keeps the stronger signal ([`SessionSignal::max`]). Returns
+    /// whether a holder was signalled (`false`: no one holds the lease).
+    ///
+    /// The default signals no one (`Ok(false)`).
+    ///
+    /// # Errors
+    /// [`StoreErrorKind::Unavailable`] when the server cannot be reached.
+    fn signal(
+        &self,
+        key: &SessionKey,
+        signal: SessionSignal,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let _ = (key, signal);
+        std::future::ready(Ok(false))
+    }
+
+    /// The signal sent to `lease` since it was acquired, if any (the default: never).
+    ///
+    /// # Errors
+    /// [`StoreErrorKind::Unavailable`] when the server cannot be reached.
+    fn signalled(
+        &self,
+        lease: &Lease,
+    ) -> impl Future<Output = Result<Option<SessionSignal>, StoreError>> + Send {
+        let _ = lease;
+        std::future::ready(Ok(None))
+    }
+
+    /// Whether this store queues waiters in arrival order and carries signals
+    /// ([`acquire_queued_and_load`](Self::acquire_queued_and_load),
+    /// [`signal`](Self::signal)); an agent whose double-text policy needs them fails to
+    /// build on a store that does not (default `false`).
+    fn orders_and_signals(&self) -> bool {
+        false
+    }
 }
 
 /// For store implementations: [`SessionLeases::release`] with a failure logged as a
@@ -289,6 +358,35 @@ impl<S: SessionLeases> SessionLeases for Arc<S> {
             expected_version,
         )
     }
+
+    fn acquire_queued_and_load(
+        &self,
+        key: &SessionKey,
+        ttl: Duration,
+        wait: Duration,
+        max_waiting: usize,
+    ) -> impl Future<Output = Result<(Lease, Option<StoredSession>), StoreError>> + Send {
+        SessionLeases::acquire_queued_and_load(&**self, key, ttl, wait, max_waiting)
+    }
+
+    fn signal(
+        &self,
+        key: &SessionKey,
+        signal: SessionSignal,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        SessionLeases::signal(&**self, key, signal)
+    }
+
+    fn signalled(
+        &self,
+        lease: &Lease,
+    ) -> impl Future<Output = Result<Option<SessionSignal>, StoreError>> + Send {
+        SessionLeases::signalled(&**self, lease)
+    }
+
+    fn orders_and_signals(&self) -> bool {
+        SessionLeases::orders_and_signals(&**self)
+    }
 }
 
 /// The object-safe twin of [`SessionLeases`]: the one place lease futures are erased.
@@ -326,6 +424,27 @@ pub(crate) trait DynSessionLeases: Send + Sync + 'static {
         unchanged: usize,
         expected_version: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>>;
+
+    fn acquire_queued_and_load<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        ttl: Duration,
+        wait: Duration,
+        max_waiting: usize,
+    ) -> BoxFuture<'a, Result<(Lease, Option<StoredSession>), StoreError>>;
+
+    fn signal<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        signal: SessionSignal,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    fn signalled<'a>(
+        &'a self,
+        lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<Option<SessionSignal>, StoreError>>;
+
+    fn orders_and_signals(&self) -> bool;
 }
 
 impl<S: SessionLeases> DynSessionLeases for S {
@@ -390,6 +509,38 @@ impl<S: SessionLeases> DynSessionLeases for S {
             unchanged.min(messages.len()),
             expected_version,
         ))
+    }
+
+    fn acquire_queued_and_load<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        ttl: Duration,
+        wait: Duration,
+        max_waiting: usize,
+    ) -> BoxFuture<'a, Result<(Lease, Option<StoredSession>), StoreError>> {
+        Box::pin(async move {
+            super::storable::check_key(key)?;
+            SessionLeases::acquire_queued_and_load(self, key, ttl, wait, max_waiting).await
+        })
+    }
+
+    fn signal<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        signal: SessionSignal,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(SessionLeases::signal(self, key, signal))
+    }
+
+    fn signalled<'a>(
+        &'a self,
+        lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<Option<SessionSignal>, StoreError>> {
+        Box::pin(SessionLeases::signalled(self, lease))
+    }
+
+    fn orders_and_signals(&self) -> bool {
+        SessionLeases::orders_and_signals(self)
     }
 }
 

@@ -38,6 +38,8 @@ use std::io;
 mod file;
 mod key;
 mod lease;
+mod memory_lease;
+pub mod queue;
 mod session;
 pub(crate) mod storable;
 
@@ -47,6 +49,7 @@ pub(crate) use lease::DynSessionLeases;
 pub use lease::{
     Lease, LeaseConfig, MAX_TTL, SessionLeases, acquire_polling, release_logged, ttl_millis,
 };
+pub use queue::{QueuedAttempt, SessionSignal, WAITER_TTL, acquire_queued_polling};
 pub(crate) use session::DynSessionStore;
 pub use session::{
     InMemorySessionStore, SessionStore, StoreError, StoreErrorKind, StoredSession, next_version,

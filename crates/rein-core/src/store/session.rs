@@ -18,15 +18,12 @@ use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use std::time::Duration;
-
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use super::key::SessionKey;
-use super::lease::{Lease, SessionLeases, acquire_polling};
+use super::lease::Lease;
 use crate::message::Msg;
-use crate::util::new_id;
 
 /// What kind of failure a [`StoreError`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -69,6 +66,11 @@ pub enum StoreErrorKind {
     /// The session is larger than the store's maximum session size (a save would write
     /// more, or the stored value holds more; it was not read). Nothing was written.
     TooLarge,
+    /// A call that waits for a busy session would be one more than the queue's bound
+    /// ([`SessionLeases::acquire_queued_and_load`](crate::store::SessionLeases::acquire_queued_and_load),
+    /// the agent's double-text `max_waiting`). Nothing ran, nothing was written, the
+    /// call did not join the queue; retry later.
+    QueueFull,
 }
 
 /// A session store failure: a [`StoreErrorKind`], the session it concerns (when one
@@ -367,7 +369,7 @@ impl<S: SessionStore> DynSessionStore for S {
 /// agents given clones of one store see each other's saves (and conflict like two
 /// processes sharing a directory would).
 ///
-/// It implements [`SessionLeases`] too (leases measured on this process's clock,
+/// It implements [`SessionLeases`](super::SessionLeases) too (leases measured on this process's clock,
 /// shared by clones), so agents built with
 /// [`AgentBuilder::leased_session_store`](crate::AgentBuilder::leased_session_store) on
 /// clones of one store order their calls as replicas on a shared engine would.
@@ -379,18 +381,22 @@ pub struct InMemorySessionStore {
 
 /// The lease state of one session in an [`InMemorySessionStore`].
 #[derive(Debug, Default)]
-struct LeaseRow {
+pub(super) struct LeaseRow {
     /// The current holder's token and when its lease expires.
-    holder: Option<(String, Instant)>,
+    pub(super) holder: Option<(String, Instant)>,
     /// The fence of the last acquisition.
-    fence: u64,
+    pub(super) fence: u64,
     /// The fence of the last fenced save.
-    saved_fence: u64,
+    pub(super) saved_fence: u64,
+    /// The queued waiters in arrival order, each with the time its entry expires.
+    pub(super) waiters: std::collections::VecDeque<(String, Instant)>,
+    /// The signal sent to a holder (its token).
+    pub(super) signal: Option<(String, super::SessionSignal)>,
 }
 
 impl LeaseRow {
     /// Whether `lease` is the live holder.
-    fn holds(&self, lease: &Lease, now: Instant) -> bool {
+    pub(super) fn holds(&self, lease: &Lease, now: Instant) -> bool {
         matches!(&self.holder, Some((token, expires)) if token == lease.token() && *expires > now)
     }
 }
@@ -428,13 +434,13 @@ impl InMemorySessionStore {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn lock_leases(&self) -> std::sync::MutexGuard<'_, HashMap<SessionKey, LeaseRow>> {
+    pub(super) fn lock_leases(&self) -> std::sync::MutexGuard<'_, HashMap<SessionKey, LeaseRow>> {
         self.leases.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The version check and write of a save (the caller holds whatever else must not
     /// change meanwhile).
-    fn write(
+    pub(super) fn write(
         &self,
         key: &SessionKey,
         messages: &[Msg],
@@ -465,94 +471,6 @@ impl InMemorySessionStore {
                 sessions.insert(key.clone(), StoredSession::new(messages.to_vec(), version));
             }
         }
-        Ok(version)
-    }
-}
-
-fn lease_lost(key: &SessionKey) -> StoreError {
-    StoreError::with_kind(
-        StoreErrorKind::LeaseLost,
-        key,
-        "the session lease is no longer held (it expired or another holder took the session)",
-    )
-}
-
-impl SessionLeases for InMemorySessionStore {
-    async fn acquire(
-        &self,
-        key: &SessionKey,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<Lease, StoreError> {
-        let token = |_: &SessionKey| Ok(new_id("lease"));
-        acquire_polling(key, ttl, wait, token, |token, _| {
-            let now = Instant::now();
-            let mut leases = self.lock_leases();
-            let row = leases.entry(key.clone()).or_default();
-            let fence = match &row.holder {
-                Some((_, expires)) if *expires > now => None,
-                _ => {
-                    row.fence += 1;
-                    row.holder = Some((token, now + ttl));
-                    Some(row.fence)
-                }
-            };
-            std::future::ready(Ok(fence))
-        })
-        .await
-    }
-
-    async fn renew(&self, lease: &Lease) -> Result<(), StoreError> {
-        let now = Instant::now();
-        let mut leases = self.lock_leases();
-        match leases.get_mut(lease.key()) {
-            Some(row) if row.holds(lease, now) => {
-                row.holder = Some((lease.token().to_owned(), now + lease.ttl()));
-                Ok(())
-            }
-            _ => Err(lease_lost(lease.key())),
-        }
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<bool, StoreError> {
-        let now = Instant::now();
-        let mut leases = self.lock_leases();
-        match leases.get_mut(lease.key()) {
-            Some(row) if matches!(&row.holder, Some((token, _)) if token == lease.token()) => {
-                let held = row.holds(lease, now);
-                row.holder = None;
-                Ok(held)
-            }
-            _ => Ok(false),
-        }
-    }
-
-    async fn save_fenced(
-        &self,
-        lease: &Lease,
-        messages: &[Msg],
-        expected_version: u64,
-    ) -> Result<u64, StoreError> {
-        self.save_fenced_from(lease, messages, 0, expected_version)
-            .await
-    }
-
-    async fn save_fenced_from(
-        &self,
-        lease: &Lease,
-        messages: &[Msg],
-        unchanged: usize,
-        expected_version: u64,
-    ) -> Result<u64, StoreError> {
-        let key = lease.key();
-        // Lock order: leases, then sessions.
-        let mut leases = self.lock_leases();
-        let row = leases.entry(key.clone()).or_default();
-        if !row.holds(lease, Instant::now()) || row.saved_fence > lease.fence() {
-            return Err(lease_lost(key));
-        }
-        let version = self.write(key, messages, unchanged, expected_version)?;
-        row.saved_fence = lease.fence();
         Ok(version)
     }
 }

@@ -472,6 +472,8 @@ fn stop_reason(reason: StopReason) -> &'static str {
         StopReason::SubagentStopped => "subagent_stopped",
         StopReason::OutcomeUnknown => "outcome_unknown",
         StopReason::BudgetExhausted => "budget_exhausted",
+        StopReason::Interrupted => "interrupted",
+        StopReason::RolledBack => "rolled_back",
         _ => "other",
     }
 }

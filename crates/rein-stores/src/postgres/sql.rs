@@ -22,6 +22,10 @@ pub(super) struct Sql {
     pub(super) acquire: String,
     pub(super) renew: String,
     pub(super) release: String,
+    pub(super) acquire_queued: String,
+    pub(super) leave: String,
+    pub(super) signal: String,
+    pub(super) signalled: String,
 }
 
 impl Sql {
@@ -38,6 +42,13 @@ impl Sql {
         let t = quote(name);
         let l = quote(&format!("{name}_leases"));
         let m = quote(&format!("{name}_messages"));
+        let w = quote(&format!("{name}_waiters"));
+        let arrivals = quote(&format!("{name}_arrivals"));
+        let queued = quote(&format!("{name}_acquire_queued"));
+        // The per-session lock of a queued attempt: the table's name and the key.
+        let lock_space = format!("'{name}:'");
+        // The sequence's name as a string literal for nextval (regclass text).
+        let arrivals_lit = arrivals.replace('\'', "''");
         let held = |token: &str| {
             format!(
                 "held AS (SELECT 1 FROM {l} WHERE session_key = $1 AND token = {token} \
@@ -170,6 +181,63 @@ impl Sql {
                      fence       bigint NOT NULL,
                      expires_at  timestamptz NOT NULL
                  );
+                 ALTER TABLE {l} ADD COLUMN IF NOT EXISTS signal text;
+                 CREATE SEQUENCE IF NOT EXISTS {arrivals};
+                 -- Unlogged: entries live seconds, and a join or a refresh then commits
+                 -- without a WAL flush (after a server crash, waiters simply join again).
+                 CREATE UNLOGGED TABLE IF NOT EXISTS {w} (
+                     session_key text NOT NULL,
+                     token       text NOT NULL,
+                     arrival     bigint NOT NULL,
+                     expires_at  timestamptz NOT NULL,
+                     PRIMARY KEY (session_key, token)
+                 );
+                 CREATE OR REPLACE FUNCTION {queued}(
+                     p_key text, p_token text, p_ttl float8, p_life float8, p_max bigint)
+                 RETURNS bigint LANGUAGE plpgsql AS $fn$
+                 DECLARE n bigint; mine boolean; head text; f bigint;
+                 BEGIN
+                   PERFORM pg_advisory_xact_lock(hashtextextended({lock_space} || p_key, 0));
+                   DELETE FROM {w} WHERE session_key = p_key AND expires_at <= clock_timestamp();
+                   SELECT count(*), bool_or(token = p_token) INTO n, mine
+                     FROM {w} WHERE session_key = p_key;
+                   mine := COALESCE(mine, false);
+                   IF NOT mine AND n > 0 THEN
+                     IF n >= p_max THEN RETURN -1; END IF;
+                     INSERT INTO {w} VALUES (p_key, p_token, nextval('{arrivals_lit}'),
+                       clock_timestamp() + p_life * interval '1 millisecond');
+                     RETURN 0;
+                   END IF;
+                   IF mine THEN
+                     -- Refreshed once half its life has passed: most attempts write nothing.
+                     UPDATE {w} SET expires_at = clock_timestamp() + p_life * interval '1 millisecond'
+                       WHERE session_key = p_key AND token = p_token
+                         AND expires_at < clock_timestamp() + p_life / 2 * interval '1 millisecond';
+                     SELECT token INTO head FROM {w} WHERE session_key = p_key
+                       ORDER BY arrival LIMIT 1;
+                     IF head <> p_token THEN RETURN 0; END IF;
+                   END IF;
+                   INSERT INTO {l} AS l (session_key, token, fence, expires_at, signal)
+                   VALUES (p_key, p_token,
+                     1 + COALESCE((SELECT s.fence FROM {t} s WHERE s.session_key = p_key), 0),
+                     clock_timestamp() + p_ttl * interval '1 millisecond', NULL)
+                   ON CONFLICT (session_key) DO UPDATE
+                     SET token = EXCLUDED.token, fence = GREATEST(l.fence + 1, EXCLUDED.fence),
+                         expires_at = EXCLUDED.expires_at, signal = NULL
+                     WHERE l.expires_at <= clock_timestamp()
+                   RETURNING l.fence INTO f;
+                   IF f IS NULL THEN
+                     IF mine THEN RETURN 0; END IF;
+                     IF n >= p_max THEN RETURN -1; END IF;
+                     INSERT INTO {w} VALUES (p_key, p_token, nextval('{arrivals_lit}'),
+                       clock_timestamp() + p_life * interval '1 millisecond');
+                     RETURN 0;
+                   END IF;
+                   IF mine THEN
+                     DELETE FROM {w} WHERE session_key = p_key AND token = p_token;
+                   END IF;
+                   RETURN f;
+                 END $fn$;
                  COMMIT;"
             ),
             load: format!("SELECT {load_columns} FROM {t} WHERE session_key = $1"),
@@ -211,17 +279,30 @@ impl Sql {
             list_none: format!(
                 "SELECT session_id FROM {t} WHERE user_id IS NULL ORDER BY session_id"
             ),
+            // A caller that does not queue takes the lease only when no one waits.
             acquire: format!(
-                "INSERT INTO {l} AS l (session_key, token, fence, expires_at)
-                 VALUES ($1, $2,
+                "INSERT INTO {l} AS l (session_key, token, fence, expires_at, signal)
+                 SELECT $1, $2,
                    1 + COALESCE((SELECT s.fence FROM {t} s WHERE s.session_key = $1), 0),
-                   clock_timestamp() + $3::float8 * interval '1 millisecond')
+                   clock_timestamp() + $3::float8 * interval '1 millisecond', NULL
+                 WHERE NOT EXISTS (SELECT 1 FROM {w} q
+                                   WHERE q.session_key = $1 AND q.expires_at > clock_timestamp())
                  ON CONFLICT (session_key) DO UPDATE
                    SET token = EXCLUDED.token, fence = GREATEST(l.fence + 1, EXCLUDED.fence),
-                       expires_at = EXCLUDED.expires_at
+                       expires_at = EXCLUDED.expires_at, signal = NULL
                    WHERE l.expires_at <= clock_timestamp()
                  RETURNING fence"
             ),
+            // $1 key, $2 token, $3 TTL ms, $4 waiter TTL ms, $5 most waiters: -1 full,
+            // 0 waiting, else the fence.
+            acquire_queued: format!("SELECT {queued}($1, $2, $3, $4, $5)"),
+            leave: format!("DELETE FROM {w} WHERE session_key = $1 AND token = $2"),
+            // A rollback is never weakened to an interrupt.
+            signal: format!(
+                "UPDATE {l} SET signal = CASE WHEN signal = 'rollback' THEN signal ELSE $2 END
+                 WHERE session_key = $1 AND token <> '' AND expires_at > clock_timestamp()"
+            ),
+            signalled: format!("SELECT signal FROM {l} WHERE session_key = $1 AND token = $2"),
             renew: format!(
                 "UPDATE {l} SET expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond'
                  WHERE session_key = $1 AND token = $2 AND expires_at > clock_timestamp()"

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use rein_core::Msg;
 use rein_core::store::{
-    Lease, SessionKey, StoreError, StoreErrorKind, StoredSession, release_logged,
+    Lease, QueuedAttempt, SessionKey, SessionSignal, StoreError, StoreErrorKind, StoredSession,
+    acquire_queued_polling, release_logged,
 };
 
 use super::RedisSessionStore;
@@ -29,9 +30,11 @@ impl RedisSessionStore {
         rein_core::store::check_key(key)?;
         let (lease_key, fence_key, data_key) =
             (self.lease_key(key), self.fence_key(key), self.data_key(key));
+        let [queue, waiters, ..] = self.queue_keys(key);
         acquire_polling(key, ttl, wait, |token, ttl_ms| {
             let mut conn = self.conn();
             let (lease_key, fence_key, data_key) = (&lease_key, &fence_key, &data_key);
+            let (queue, waiters) = (&queue, &waiters);
             async move {
                 let fence: u64 = self
                     .scripts
@@ -39,6 +42,8 @@ impl RedisSessionStore {
                     .key(lease_key)
                     .key(fence_key)
                     .key(data_key)
+                    .key(queue)
+                    .key(waiters)
                     .arg(token)
                     .arg(ttl_ms)
                     .invoke_async(&mut conn)
@@ -97,11 +102,14 @@ impl RedisSessionStore {
         wait: Duration,
     ) -> Result<(Lease, Option<StoredSession>), StoreError> {
         rein_core::store::check_key(key)?;
+        let [queue, waiters, ..] = self.queue_keys(key);
         let keys = [
             self.lease_key(key),
             self.fence_key(key),
             self.data_key(key),
             self.messages_key(key),
+            queue,
+            waiters,
         ];
         // The reply of the attempt that got the lease (its first element the fence).
         let loaded: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
@@ -116,6 +124,8 @@ impl RedisSessionStore {
                     .key(&keys[1])
                     .key(&keys[2])
                     .key(&keys[3])
+                    .key(&keys[4])
+                    .key(&keys[5])
                     .arg(token)
                     .arg(ttl_ms)
                     .arg(self.max_bytes)
@@ -139,14 +149,7 @@ impl RedisSessionStore {
             }
         })
         .await?;
-        let reply = loaded.into_inner().unwrap_or_else(PoisonError::into_inner);
-        match self.decode_load(key, reply.get(1..).unwrap_or_default()) {
-            Ok(stored) => Ok((lease, Some(stored))),
-            Err(e) => {
-                release_logged(self, &lease).await;
-                Err(e)
-            }
-        }
+        self.loaded_under(key, lease, loaded).await
     }
 
     /// `SessionLeases::save_fenced_and_release`: the save script deletes the lease once
@@ -172,5 +175,145 @@ impl RedisSessionStore {
             release_logged(self, lease).await;
         }
         saved
+    }
+
+    /// `SessionLeases::acquire_queued_and_load`: one script per attempt joins (or
+    /// refreshes) the queue and, at its head with the lease free, acquires and loads.
+    pub(super) async fn inner_acquire_queued_and_load(
+        &self,
+        key: &SessionKey,
+        ttl: Duration,
+        wait: Duration,
+        max_waiting: usize,
+    ) -> Result<(Lease, Option<StoredSession>), StoreError> {
+        rein_core::store::check_key(key)?;
+        let [queue, waiters, arrivals, _] = self.queue_keys(key);
+        let keys = [
+            self.lease_key(key),
+            self.fence_key(key),
+            self.data_key(key),
+            self.messages_key(key),
+            queue,
+            waiters,
+            arrivals,
+        ];
+        let token = crate::lease::new_token(key)?;
+        let loaded: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+        let lease = acquire_queued_polling(
+            key,
+            ttl,
+            wait,
+            token,
+            max_waiting,
+            |token, ttl_ms, waiter_ms| {
+                let mut conn = self.conn();
+                let (keys, loaded) = (&keys, &loaded);
+                async move {
+                    let mut invocation = self.scripts.acquire_queued.prepare_invoke();
+                    for k in keys {
+                        invocation.key(k);
+                    }
+                    let reply: Vec<Vec<u8>> = invocation
+                        .arg(token)
+                        .arg(ttl_ms)
+                        .arg(self.max_bytes)
+                        .arg(waiter_ms)
+                        .arg(max_waiting)
+                        .invoke_async(&mut conn)
+                        .await
+                        .map_err(|e| redis_error(Some(key), "acquiring the lease in turn", e))?;
+                    let fence = match reply.first().map(Vec::as_slice) {
+                        Some(b"full") => return Ok(QueuedAttempt::Full),
+                        Some(b"waiting") => return Ok(QueuedAttempt::Waiting),
+                        Some(fence) => text(fence).parse::<u64>().ok().filter(|f| *f > 0),
+                        None => None,
+                    };
+                    let Some(fence) = fence else {
+                        return Err(StoreError::with_kind(
+                            StoreErrorKind::Io,
+                            key,
+                            "Redis: unexpected reply from the queued acquire script",
+                        ));
+                    };
+                    *loaded.lock().unwrap_or_else(PoisonError::into_inner) = reply;
+                    Ok(QueuedAttempt::Acquired(fence))
+                }
+            },
+            |token| {
+                let mut conn = self.conn();
+                let (queue, waiters) = (&keys[4], &keys[5]);
+                async move {
+                    let _: u64 = self
+                        .scripts
+                        .leave
+                        .key(queue)
+                        .key(waiters)
+                        .arg(token)
+                        .invoke_async(&mut conn)
+                        .await
+                        .map_err(|e| redis_error(Some(key), "leaving the queue", e))?;
+                    Ok(())
+                }
+            },
+        )
+        .await?;
+        self.loaded_under(key, lease, loaded).await
+    }
+
+    pub(super) async fn inner_signal(
+        &self,
+        key: &SessionKey,
+        signal: SessionSignal,
+    ) -> Result<bool, StoreError> {
+        let [.., signal_key] = self.queue_keys(key);
+        let mut conn = self.conn();
+        let sent: u64 = self
+            .scripts
+            .signal
+            .key(self.lease_key(key))
+            .key(signal_key)
+            .arg(signal.as_str())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| redis_error(Some(key), "signalling the session's holder", e))?;
+        Ok(sent > 0)
+    }
+
+    pub(super) async fn inner_signalled(
+        &self,
+        lease: &Lease,
+    ) -> Result<Option<SessionSignal>, StoreError> {
+        let key = lease.key();
+        let [.., signal_key] = self.queue_keys(key);
+        let mut conn = self.conn();
+        let value: Option<String> = redis::cmd("GET")
+            .arg(signal_key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| redis_error(Some(key), "reading the session's signal", e))?;
+        Ok(value.and_then(|v| {
+            let (kind, token) = v.split_once(' ')?;
+            (token == lease.token())
+                .then(|| SessionSignal::from_name(kind))
+                .flatten()
+        }))
+    }
+
+    /// The session in the winning attempt's reply (after its fence); a session that
+    /// fails to decode releases the lease before the error is returned.
+    async fn loaded_under(
+        &self,
+        key: &SessionKey,
+        lease: Lease,
+        loaded: Mutex<Vec<Vec<u8>>>,
+    ) -> Result<(Lease, Option<StoredSession>), StoreError> {
+        let reply = loaded.into_inner().unwrap_or_else(PoisonError::into_inner);
+        match self.decode_load(key, reply.get(1..).unwrap_or_default()) {
+            Ok(stored) => Ok((lease, Some(stored))),
+            Err(e) => {
+                release_logged(self, &lease).await;
+                Err(e)
+            }
+        }
     }
 }

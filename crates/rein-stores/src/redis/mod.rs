@@ -268,6 +268,13 @@ impl RedisSessionStore {
     fn fence_key(&self, key: &SessionKey) -> String {
         format!("{}fence:{}", self.prefix, key_string(key))
     }
+
+    /// The queue of waiters (a sorted set by arrival), their expiries (a hash), the
+    /// arrival counter and the holder's signal.
+    fn queue_keys(&self, key: &SessionKey) -> [String; 4] {
+        let k = key_string(key);
+        ["queue", "waiters", "arrivals", "signal"].map(|what| format!("{}{what}:{k}", self.prefix))
+    }
 }
 
 engine_store_traits!(RedisSessionStore);

@@ -60,20 +60,104 @@ local function acquire(lease, counter, data, token, ttl)
 end
 ";
 
-/// KEYS: lease, fence counter, data hash. ARGV: token, TTL in ms. Returns the new
-/// fence, or 0.
-const ACQUIRE: &str = "return acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])";
+/// The queue of waiters, as Lua functions: the server's clock in ms, and the purge of
+/// waiters whose entry expired (a sorted set of tokens by arrival, and a hash of each
+/// token's expiry).
+const QUEUE_FUNCTIONS: &str = r"
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function purge(queue, waiters, now)
+  for _, m in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
+    local d = tonumber(redis.call('HGET', waiters, m) or '0') or 0
+    if d <= now then
+      redis.call('ZREM', queue, m)
+      redis.call('HDEL', waiters, m)
+    end
+  end
+  return redis.call('ZCARD', queue)
+end
+";
+
+/// KEYS: lease, fence counter, data hash, queue, waiters. ARGV: token, TTL in ms.
+/// Returns the new fence, or 0 (held, or callers wait in the queue: a caller that does
+/// not queue never passes one that does).
+const ACQUIRE: &str = r"
+if purge(KEYS[4], KEYS[5], now_ms()) > 0 then return 0 end
+return acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+";
 
 /// Acquires the lease and, when it got it, loads the session in the same script (so
 /// the load sees every save of an earlier holder). KEYS: lease, fence counter, data
-/// hash, message list. ARGV: token, TTL in ms, the largest history read. Returns
-/// `{'busy'}`, or the fence followed by what the load function returns.
+/// hash, message list, queue, waiters. ARGV: token, TTL in ms, the largest history
+/// read. Returns `{'busy'}` (held, or callers wait in the queue), or the fence
+/// followed by what the load function returns.
 const ACQUIRE_LOAD: &str = r"
-local f = acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+local f = 0
+if purge(KEYS[5], KEYS[6], now_ms()) == 0 then
+  f = acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+end
 if f == 0 then return {'busy'} end
 local r = load(KEYS[3], KEYS[4], tonumber(ARGV[3]))
 table.insert(r, 1, string.format('%d', f))
 return r
+";
+
+/// One attempt of a queued acquisition, loading the session when it gets the lease.
+/// KEYS: lease, fence counter, data hash, message list, queue, waiters, arrival
+/// counter. ARGV: token, TTL in ms, the largest history read, the waiter TTL in ms,
+/// the most callers that may wait. A caller not yet in the queue takes a free lease
+/// at once when no one waits, else joins the queue (unless it is full); a caller in
+/// the queue refreshes its entry and takes the lease when it is the head and the lease
+/// is free. Returns `{'full'}`, `{'waiting'}`, or the fence followed by what the load
+/// function returns. The queue's keys expire when no waiter refreshes them.
+const ACQUIRE_QUEUED: &str = r"
+local now = now_ms()
+local life = tonumber(ARGV[4])
+local n = purge(KEYS[5], KEYS[6], now)
+local f = 0
+if not redis.call('ZSCORE', KEYS[5], ARGV[1]) then
+  if n == 0 then f = acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]) end
+  if f == 0 then
+    if n >= tonumber(ARGV[5]) then return {'full'} end
+    redis.call('ZADD', KEYS[5], redis.call('INCR', KEYS[7]), ARGV[1])
+    redis.call('HSET', KEYS[6], ARGV[1], string.format('%d', now + life))
+    for i = 5, 7 do redis.call('PEXPIRE', KEYS[i], 2 * life) end
+    return {'waiting'}
+  end
+else
+  redis.call('HSET', KEYS[6], ARGV[1], string.format('%d', now + life))
+  for i = 5, 7 do redis.call('PEXPIRE', KEYS[i], 2 * life) end
+  if redis.call('ZRANGE', KEYS[5], 0, 0)[1] ~= ARGV[1] then return {'waiting'} end
+  f = acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+  if f == 0 then return {'waiting'} end
+  redis.call('ZREM', KEYS[5], ARGV[1])
+  redis.call('HDEL', KEYS[6], ARGV[1])
+end
+local r = load(KEYS[3], KEYS[4], tonumber(ARGV[3]))
+table.insert(r, 1, string.format('%d', f))
+return r
+";
+
+/// KEYS: queue, waiters. ARGV: token. Removes a waiter that gave up.
+const LEAVE: &str = r"
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+return 1
+";
+
+/// KEYS: lease, signal. ARGV: signal name. Signals the holder of the lease (the signal
+/// names its token; a rollback is never weakened to an interrupt). Returns 1 when a
+/// holder was signalled, 0 when no one holds the lease. The signal expires after a day.
+const SIGNAL: &str = r"
+local holder = redis.call('GET', KEYS[1])
+if not holder then return 0 end
+local kind = ARGV[1]
+local cur = redis.call('GET', KEYS[2])
+if cur and cur == 'rollback ' .. holder then kind = 'rollback' end
+redis.call('SET', KEYS[2], kind .. ' ' .. holder, 'PX', 86400000)
+return 1
 ";
 
 /// Compare-and-set of a session, writing only what changed. KEYS: data hash, user index
@@ -176,6 +260,9 @@ pub(super) struct Scripts {
     pub(super) delete: Script,
     pub(super) acquire: Script,
     pub(super) acquire_load: Script,
+    pub(super) acquire_queued: Script,
+    pub(super) leave: Script,
+    pub(super) signal: Script,
     pub(super) renew: Script,
     pub(super) release: Script,
 }
@@ -186,8 +273,15 @@ impl Scripts {
             load: Script::new(&format!("{LOAD_FUNCTION}{LOAD}")),
             save: Script::new(SAVE),
             delete: Script::new(DELETE),
-            acquire: Script::new(&format!("{ACQUIRE_FUNCTION}{ACQUIRE}")),
-            acquire_load: Script::new(&format!("{LOAD_FUNCTION}{ACQUIRE_FUNCTION}{ACQUIRE_LOAD}")),
+            acquire: Script::new(&format!("{ACQUIRE_FUNCTION}{QUEUE_FUNCTIONS}{ACQUIRE}")),
+            acquire_load: Script::new(&format!(
+                "{LOAD_FUNCTION}{ACQUIRE_FUNCTION}{QUEUE_FUNCTIONS}{ACQUIRE_LOAD}"
+            )),
+            acquire_queued: Script::new(&format!(
+                "{LOAD_FUNCTION}{ACQUIRE_FUNCTION}{QUEUE_FUNCTIONS}{ACQUIRE_QUEUED}"
+            )),
+            leave: Script::new(LEAVE),
+            signal: Script::new(SIGNAL),
             renew: Script::new(RENEW),
             release: Script::new(RELEASE),
         }
