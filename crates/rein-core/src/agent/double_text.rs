@@ -13,14 +13,16 @@
 //! | [`Interrupt`](DoubleText::Interrupt) | signals, then waits its turn | stops at its next safe point, keeps its partial turn | the new call sees everything so far |
 //! | [`Rollback`](DoubleText::Rollback) | signals, then waits its turn | stops at its next safe point, drops its unsettled steps | settled effects stay, flagged |
 //!
-//! A **safe point** is the top of the reasoning loop: before a model turn, when every
-//! tool the previous turn started has settled and its result is recorded. A call is
+//! A **safe point** is the top of the reasoning loop after the first model turn: before
+//! a model turn, when every tool the previous turn started has settled and its result
+//! is recorded (a call that answers in one turn is never stopped). A call is
 //! never stopped in the middle of a tool, so an interrupt never leaves a tool use
 //! without a result and never runs an approved call twice; the running call saves and
 //! releases the session as any call does, and the newer call loads what it saved. In a
-//! process the signal is an atomic flag read at every safe point; across replicas it is
+//! process the signal is an atomic flag on the session's slot (created by the first call
+//! that waits for the session) read at every safe point; across replicas it is
 //! a store-side flag on the holder's lease ([`SessionLeases::signal`](crate::store::SessionLeases::signal)),
-//! read at every safe point after the first (one round trip each).
+//! read at every safe point too (one round trip each).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -90,6 +92,11 @@ impl Control {
         self.run.fetch_add(1, Ordering::AcqRel) + 1
     }
 
+    /// The generation of the call that holds the slot now.
+    pub(crate) fn current(&self) -> u64 {
+        self.run.load(Ordering::Acquire)
+    }
+
     /// Signals the call that holds the slot now (keeping the stronger signal).
     pub(crate) fn signal(&self, signal: SessionSignal) {
         let code = code(signal);
@@ -140,15 +147,32 @@ pub(crate) struct Watch {
 }
 
 impl Call<'_> {
-    /// At a safe point: the signal a newer call sent this one, if any (the in-process
-    /// flag; under a lease, after the first model turn, also the store's).
+    /// At a safe point after the first model turn: the signal a newer call sent this
+    /// one, if any (the in-process flag; under a lease also the store's). The first
+    /// safe point is after the first turn, so a call of one turn never looks.
     pub(super) async fn superseded(
         &self,
-        memory: &CallMemory,
+        memory: &mut CallMemory,
         iteration: u32,
     ) -> Result<Option<SessionSignal>, Error> {
+        if iteration == 0 {
+            return Ok(None);
+        }
+        if memory.watch().is_none() {
+            // A waiter created the session's control after this call took the slot:
+            // this call is the one it signals (no other call took the slot since).
+            let watch = self
+                .agent
+                .sessions
+                .existing_control(self.key)
+                .map(|control| Watch {
+                    run: control.current(),
+                    control,
+                });
+            memory.set_watch(watch);
+        }
         let local = memory.watch().and_then(|w| w.control.signalled(w.run));
-        if local.is_some() || iteration == 0 {
+        if local.is_some() {
             return Ok(local);
         }
         let Some(lease) = memory.lease() else {

@@ -311,8 +311,8 @@ impl CallMemory {
         self.watch.as_ref()
     }
 
-    pub(crate) fn set_watch(&mut self, watch: super::double_text::Watch) {
-        self.watch = Some(watch);
+    pub(crate) fn set_watch(&mut self, watch: Option<super::double_text::Watch>) {
+        self.watch = watch;
     }
 
     /// Replaces everything from `start` on with `tail` (a rollback): the next save

@@ -40,15 +40,21 @@ impl super::AgentInner {
         key: &SessionKey,
         policy: DoubleText,
     ) -> Result<CallMemory, StoreError> {
-        let (slot, control) = self.sessions.slot_and_control(key);
+        let (slot, mut control) = self.sessions.slot_and_control(key);
         let mut guard = match Arc::clone(&slot).try_lock_owned() {
             Ok(guard) => guard,
-            Err(_) => self.wait_for_slot(key, &slot, &control, policy).await?,
+            Err(_) => {
+                control = self.sessions.control(key);
+                self.wait_for_slot(key, &slot, control.as_ref(), policy)
+                    .await?
+            }
         };
-        let watch = Watch {
+        // A session no call waited for has no control: nothing can signal this call
+        // until a waiter creates one, which the call picks up at a safe point.
+        let watch = control.map(|control| Watch {
             run: control.begin(),
             control,
-        };
+        });
         self.sessions.touch(&slot, &mut guard);
         let Some(store) = &self.store else {
             guard.unpack(key)?;
@@ -92,7 +98,7 @@ impl super::AgentInner {
         &self,
         key: &SessionKey,
         slot: &Arc<tokio::sync::Mutex<super::memory::Conversation>>,
-        control: &Arc<Control>,
+        control: Option<&Arc<Control>>,
         policy: DoubleText,
     ) -> Result<tokio::sync::OwnedMutexGuard<super::memory::Conversation>, StoreError> {
         if policy == DoubleText::Reject {
@@ -103,6 +109,10 @@ impl super::AgentInner {
                  Reject); nothing ran",
             ));
         }
+        let Some(control) = control else {
+            // Forgotten meanwhile: the slot's lock still orders the calls.
+            return Ok(Arc::clone(slot).lock_owned().await);
+        };
         let before = control.waiting.fetch_add(1, Ordering::AcqRel);
         let waiting = Waiting(Arc::clone(control));
         if before >= self.max_waiting {

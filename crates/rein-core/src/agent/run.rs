@@ -53,6 +53,8 @@ pub(super) struct Call<'a> {
     pub(super) agent: &'a AgentInner,
     pub(super) meta: EventMeta,
     pub(super) ctx: &'a RunContext,
+    /// The call's session.
+    pub(super) key: &'a SessionKey,
     pub(super) sink: Option<&'a Sink>,
     pub(super) system: Option<Arc<Msg>>,
     /// Usage summed over the call's model turns.
@@ -189,6 +191,7 @@ impl AgentInner {
         };
         let mut call = Call {
             agent: self,
+            key: &key,
             meta: EventMeta::new(&self.info, &ctx, Arc::clone(self.chain.labels()), mode),
             ctx: &ctx,
             sink: sink.as_ref(),

@@ -15,8 +15,9 @@ use crate::store::SessionKey;
 pub(crate) const HOT_SESSIONS: usize = 16_384;
 
 /// A session's conversation (its lock is the in-process FIFO) and its double-text
-/// control.
-type Slot = (Arc<tokio::sync::Mutex<Conversation>>, Arc<Control>);
+/// control, created by the first call that waits for the session (a session no call
+/// ever waited for costs no allocation for it).
+type Slot = (Arc<tokio::sync::Mutex<Conversation>>, Option<Arc<Control>>);
 
 /// The per-session slots of an agent, and the idle queue that packs the conversations
 /// no call used lately.
@@ -41,6 +42,9 @@ pub(crate) struct Sessions {
     empty: Arc<Vec<Msg>>,
     /// How many recently opened sessions stay unpacked; 0: none is ever packed.
     hot: usize,
+    /// Whether any call ever waited for a session of this agent (until then no session
+    /// has a double-text control, and a running call does not look for one).
+    waited: std::sync::atomic::AtomicBool,
 }
 
 /// At most this many entries leave the idle queue per opening (packing is work done
@@ -56,6 +60,7 @@ impl Sessions {
             idle: Mutex::default(),
             empty: Arc::new(Vec::new()),
             hot,
+            waited: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -63,19 +68,37 @@ impl Sessions {
         self.slot_and_control(key).0
     }
 
-    /// The session's slot and its double-text control ([`Control`]).
+    /// The session's slot and its double-text control ([`Control`]), if a call ever
+    /// waited for it.
     pub(crate) fn slot_and_control(&self, key: &SessionKey) -> Slot {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((slot, control)) = slots.get(key) {
-            return (Arc::clone(slot), Arc::clone(control));
+            return (Arc::clone(slot), control.clone());
         }
         let slot = Arc::new(tokio::sync::Mutex::new(Conversation {
             messages: Arc::clone(&self.empty),
             ..Conversation::default()
         }));
-        let control = Arc::new(Control::default());
-        slots.insert(key.clone(), (Arc::clone(&slot), Arc::clone(&control)));
-        (slot, control)
+        slots.insert(key.clone(), (Arc::clone(&slot), None));
+        (slot, None)
+    }
+
+    /// The session's double-text control, created if it has none (`None`: the
+    /// session was forgotten meanwhile).
+    pub(crate) fn control(&self, key: &SessionKey) -> Option<Arc<Control>> {
+        self.waited.store(true, Ordering::Release);
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let (_, control) = slots.get_mut(key)?;
+        Some(Arc::clone(control.get_or_insert_with(Arc::default)))
+    }
+
+    /// The session's double-text control, if a call ever waited for it.
+    pub(crate) fn existing_control(&self, key: &SessionKey) -> Option<Arc<Control>> {
+        if !self.waited.load(Ordering::Acquire) {
+            return None;
+        }
+        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots.get(key).and_then(|(_, c)| c.clone())
     }
 
     /// Forgets a session. Its idle-queue entry, when it is the latest one (a session
