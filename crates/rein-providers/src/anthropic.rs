@@ -519,6 +519,8 @@ fn input_tokens(usage: &Value) -> u64 {
 pub(crate) struct AnthropicDecoder {
     /// Input tokens from `message_start`.
     input_tokens: u64,
+    /// Of those, the ones read from the prompt cache.
+    cached_tokens: u64,
     /// The name of the tool that carries the request's response format: its calls
     /// come out as text.
     output_tool: Option<String>,
@@ -573,9 +575,10 @@ impl Decoder for AnthropicDecoder {
                     .and_then(|m| m.get("usage"))
                     .unwrap_or(&Value::Null);
                 self.input_tokens = input_tokens(u);
+                self.cached_tokens = u64_field(u, "cache_read_input_tokens");
                 out.push_back(ModelChunk::Usage(Usage {
-                    input_tokens: self.input_tokens,
-                    output_tokens: u64_field(u, "output_tokens"),
+                    cached_input_tokens: self.cached_tokens,
+                    ..Usage::new(self.input_tokens, u64_field(u, "output_tokens"))
                 }));
             }
             "content_block_start" => {
@@ -667,10 +670,11 @@ impl Decoder for AnthropicDecoder {
                     let input = input_tokens(u);
                     if input > 0 {
                         self.input_tokens = input;
+                        self.cached_tokens = u64_field(u, "cache_read_input_tokens");
                     }
                     out.push_back(ModelChunk::Usage(Usage {
-                        input_tokens: self.input_tokens,
-                        output_tokens: u64_field(u, "output_tokens"),
+                        cached_input_tokens: self.cached_tokens,
+                        ..Usage::new(self.input_tokens, u64_field(u, "output_tokens"))
                     }));
                 }
             }

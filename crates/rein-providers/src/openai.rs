@@ -468,10 +468,17 @@ impl Decoder for OpenAiDecoder {
             }
         }
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-            out.push_back(ModelChunk::Usage(Usage {
-                input_tokens: u64_field(u, "prompt_tokens"),
-                output_tokens: u64_field(u, "completion_tokens"),
-            }));
+            let mut usage = Usage::new(
+                u64_field(u, "prompt_tokens"),
+                u64_field(u, "completion_tokens"),
+            );
+            if let Some(d) = u.get("prompt_tokens_details") {
+                usage.cached_input_tokens = u64_field(d, "cached_tokens");
+            }
+            if let Some(d) = u.get("completion_tokens_details") {
+                usage.reasoning_tokens = u64_field(d, "reasoning_tokens");
+            }
+            out.push_back(ModelChunk::Usage(usage));
         }
         Ok(Flow::More)
     }
@@ -521,10 +528,17 @@ impl OpenAiDecoder {
             }
         }
         if let Some(typed::Obj(u)) = &chunk.usage {
-            out.push_back(ModelChunk::Usage(Usage {
-                input_tokens: u.prompt_tokens.unwrap_or(0),
-                output_tokens: u.completion_tokens.unwrap_or(0),
-            }));
+            let mut usage = Usage::new(
+                u.prompt_tokens.unwrap_or(0),
+                u.completion_tokens.unwrap_or(0),
+            );
+            if let Some(typed::Obj(d)) = &u.prompt_tokens_details {
+                usage.cached_input_tokens = d.cached_tokens.unwrap_or(0);
+            }
+            if let Some(typed::Obj(d)) = &u.completion_tokens_details {
+                usage.reasoning_tokens = d.reasoning_tokens.unwrap_or(0);
+            }
+            out.push_back(ModelChunk::Usage(usage));
         }
         Ok(Flow::More)
     }

@@ -136,6 +136,26 @@ pub(crate) struct OpenAiUsage {
     pub(crate) prompt_tokens: Option<u64>,
     #[serde(default)]
     pub(crate) completion_tokens: Option<u64>,
+    #[serde(default)]
+    pub(crate) prompt_tokens_details: Option<Obj<OpenAiPromptDetails>>,
+    #[serde(default)]
+    pub(crate) completion_tokens_details: Option<Obj<OpenAiCompletionDetails>>,
+}
+
+/// A usage's `prompt_tokens_details`.
+#[cfg(feature = "openai")]
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct OpenAiPromptDetails {
+    #[serde(default)]
+    pub(crate) cached_tokens: Option<u64>,
+}
+
+/// A usage's `completion_tokens_details`.
+#[cfg(feature = "openai")]
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct OpenAiCompletionDetails {
+    #[serde(default)]
+    pub(crate) reasoning_tokens: Option<u64>,
 }
 
 /// An Anthropic event, as far as a `content_block_delta` is read.
@@ -267,6 +287,8 @@ mod tests {
             r#"{"usage":{"prompt_tokens":1e30,"completion_tokens":-3}}"#,
             r#"{"usage":{"prompt_tokens":"7"}}"#,
             r#"{"usage":5}"#,
+            r#"{"usage":{"prompt_tokens":9,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":6},"completion_tokens_details":{"reasoning_tokens":2}}}"#,
+            r#"{"usage":{"prompt_tokens":9,"prompt_tokens_details":null,"completion_tokens_details":{"reasoning_tokens":-1}}}"#,
             r#"{"choices":null}"#,
             r#"{"choices":5}"#,
             r#"{"choices":[5,{"index":-1,"delta":{"content":"neg"}},{"index":2.0,"delta":{"content":"f"}}]}"#,
@@ -285,7 +307,7 @@ mod tests {
             r#"{"choices":[{"delta":{"content":"a"},"delta":{"content":"b"}}]}"#,
         ];
         let events: Vec<_> = payloads.iter().map(|p| ("message", *p)).collect();
-        same(OpenAiDecoder::default(), &events, 14);
+        same(OpenAiDecoder::default(), &events, 15);
     }
 
     #[test]

@@ -114,10 +114,7 @@ async fn scripted_model_streams_text_in_several_chunks_and_arguments_in_fragment
         .collect();
     assert!(frags.len() >= 2, "{frags:?}");
     assert_eq!(frags.concat(), r#"{"a":1,"b":2}"#);
-    assert!(chunks.contains(&ModelChunk::Usage(Usage {
-        input_tokens: 10,
-        output_tokens: 5
-    })));
+    assert!(chunks.contains(&ModelChunk::Usage(Usage::new(10, 5))));
     assert_eq!(
         chunks.last(),
         Some(&ModelChunk::Finish(FinishReason::ToolCalls))
@@ -159,10 +156,7 @@ async fn usage_is_summed_over_the_calls_model_calls() {
         .unwrap();
     assert_eq!(
         out.usage,
-        Usage {
-            input_tokens: 30,
-            output_tokens: 5
-        }
+        Usage::new(30, 5)
     );
     assert_eq!(out.model_calls, 2);
 }

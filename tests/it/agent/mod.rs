@@ -5,6 +5,7 @@
 //! `src/`.
 
 mod budget_properties;
+mod budget_outcome;
 mod budgets;
 mod build;
 mod context_window;

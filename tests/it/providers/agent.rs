@@ -147,23 +147,14 @@ async fn an_agent_runs_a_two_turn_tool_conversation_through_each_provider_with_h
         assert_eq!(
             seen.reasoning_usage,
             [
-                Usage {
-                    input_tokens: 10,
-                    output_tokens: 5
-                },
-                Usage {
-                    input_tokens: 20,
-                    output_tokens: 6
-                }
+                Usage::new(10, 5),
+                Usage::new(20, 6)
             ],
             "{name}"
         );
         assert_eq!(
             seen.call_usage,
-            Some(Usage {
-                input_tokens: 30,
-                output_tokens: 11
-            }),
+            Some(Usage::new(30, 11)),
             "{name}"
         );
         assert_memory_valid(&agent.messages(&key("default")).await);

@@ -8,12 +8,16 @@ use crate::providers::mock::*;
 use crate::support::*;
 
 fn message_start(input_tokens: u64) -> String {
+    message_start_cached(input_tokens, 0)
+}
+
+fn message_start_cached(input_tokens: u64, cache_read: u64) -> String {
     event(json!({"type": "message_start", "message": {
         "id": "msg_01XFDUDYJgAACzvnptvVoYEL", "type": "message", "role": "assistant",
         "content": [], "model": "claude-sonnet-4-5-20250929", "stop_reason": null,
         "stop_sequence": null,
         "usage": {"input_tokens": input_tokens, "cache_creation_input_tokens": 0,
-                  "cache_read_input_tokens": 0, "output_tokens": 1}}}))
+                  "cache_read_input_tokens": cache_read, "output_tokens": 1}}}))
 }
 
 fn block_start(index: u32, block: Value) -> String {
@@ -208,10 +212,7 @@ async fn a_plain_text_transcript_streams_text_usage_and_the_stop_reason() {
     )
     .await;
     let usage = |i, o| {
-        ModelChunk::Usage(Usage {
-            input_tokens: i,
-            output_tokens: o,
-        })
+        ModelChunk::Usage(Usage::new(i, o))
     };
     assert_eq!(
         chunks,
@@ -223,6 +224,27 @@ async fn a_plain_text_transcript_streams_text_usage_and_the_stop_reason() {
             usage(25, 15),
         ]
     );
+}
+
+#[tokio::test]
+async fn prompt_tokens_read_from_the_cache_are_counted_as_input_and_reported_as_cached() {
+    let chunks = replay(
+        model,
+        &[
+            message_start_cached(25, 2000),
+            block_start(0, json!({"type": "text", "text": ""})),
+            text_delta(0, "Hi"),
+            block_stop(0),
+            message_delta("end_turn", 15),
+            message_stop(),
+        ],
+    )
+    .await;
+    let usage = Usage {
+        cached_input_tokens: 2000,
+        ..Usage::new(2025, 15)
+    };
+    assert_eq!(chunks.last(), Some(&ModelChunk::Usage(usage)));
 }
 
 fn thinking_then_text() -> Vec<String> {

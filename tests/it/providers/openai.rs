@@ -19,13 +19,17 @@ fn chunk(delta: Value, finish: Option<&str>) -> String {
 }
 
 fn usage_chunk(prompt: u64, completion: u64) -> String {
+    usage_chunk_with(prompt, 0, completion, 0)
+}
+
+fn usage_chunk_with(prompt: u64, cached: u64, completion: u64, reasoning: u64) -> String {
     data(json!({
         "id": "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT", "object": "chat.completion.chunk",
         "created": 1741569952, "model": "gpt-4o-2024-08-06", "choices": [],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                   "total_tokens": prompt + completion,
-                  "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-                  "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0}}
+                  "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+                  "completion_tokens_details": {"reasoning_tokens": reasoning, "audio_tokens": 0}}
     }))
 }
 
@@ -185,12 +189,29 @@ async fn a_plain_text_transcript_streams_text_then_finish_then_usage_until_done(
             ModelChunk::Text("! How can I".into()),
             ModelChunk::Text(" help?".into()),
             ModelChunk::Finish(FinishReason::Stop),
-            ModelChunk::Usage(Usage {
-                input_tokens: 9,
-                output_tokens: 6
-            }),
+            ModelChunk::Usage(Usage::new(9, 6)),
         ]
     );
+}
+
+#[tokio::test]
+async fn cached_prompt_tokens_and_reasoning_tokens_are_reported_in_the_usage() {
+    let chunks = replay(
+        model,
+        &[
+            chunk(json!({"content": "Hi"}), None),
+            chunk(json!({}), Some("stop")),
+            usage_chunk_with(1200, 1024, 300, 256),
+            DONE.to_owned(),
+        ],
+    )
+    .await;
+    let usage = Usage {
+        cached_input_tokens: 1024,
+        reasoning_tokens: 256,
+        ..Usage::new(1200, 300)
+    };
+    assert_eq!(chunks.last(), Some(&ModelChunk::Usage(usage)));
 }
 
 #[tokio::test]
@@ -291,10 +312,7 @@ async fn a_usage_only_final_chunk_reports_usage_after_the_finish_reason() {
         &chunks[chunks.len() - 2..],
         [
             ModelChunk::Finish(FinishReason::ToolCalls),
-            ModelChunk::Usage(Usage {
-                input_tokens: 30,
-                output_tokens: 40
-            })
+            ModelChunk::Usage(Usage::new(30, 40))
         ]
     );
 }

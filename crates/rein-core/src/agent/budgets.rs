@@ -9,11 +9,12 @@ use serde_json::Value;
 use super::builder::AgentBuilder;
 use super::memory::CallMemory;
 use super::model_turn::Phase;
-use super::run::Call;
+use super::run::{Call, emit};
+use super::stream::AgentEvent;
 use super::{AgentInner, CallOutcome};
 use crate::budget::{
-    BUDGET_KEY, Budget, BudgetExhausted, BudgetScope, Ledger, Prices, Spend, estimate_tokens,
-    session_record, stored_spend,
+    BUDGET_KEY, Budget, BudgetExhausted, BudgetScope, Ledger, Prices, SPEND_KEY, Spend, Tokens,
+    estimate_tokens, session_record, stored_spend,
 };
 use crate::context::{RunContext, StopReason};
 use crate::error::Error;
@@ -72,18 +73,35 @@ impl AgentInner {
         if parent.is_none() && self.call_budget.is_none() && self.session_budget.is_none() {
             return None;
         }
+        // Agent paths from the top-level agent, as decisions and stream events name them.
+        let path = match &parent {
+            Some(p) => format!("{}/{}", p.agent(), self.info.name),
+            None => self.info.name.clone(),
+        };
         let session = self.session_budget.as_ref().map(|b| {
             let spent = memory
                 .last_metadata(BUDGET_KEY)
                 .map(stored_spend)
                 .unwrap_or_default();
-            Ledger::new(BudgetScope::Session, b.clone(), spent, parent.clone())
+            Ledger::new(
+                BudgetScope::Session,
+                b.clone(),
+                spent,
+                parent.clone(),
+                path.clone(),
+            )
         });
         let (limits, scope) = self
             .call_budget
             .clone()
             .unwrap_or((Budget::new(), BudgetScope::Call));
-        let own = Ledger::new(scope, limits, Spend::default(), session.clone().or(parent));
+        let own = Ledger::new(
+            scope,
+            limits,
+            Spend::default(),
+            session.clone().or(parent),
+            path,
+        );
         Some(Ledgers { own, session })
     }
 }
@@ -128,16 +146,28 @@ impl Call<'_> {
         // The worst case is kept with the session before it can be spent.
         self.save_session_record(memory, true).await?;
         let result = self.stream_model(request, phase).await;
-        let (input, output) = match &result {
+        let u = self.last_usage;
+        let used = match &result {
             // A provider that reports no usage is charged the estimates.
-            Ok(msg) if self.last_usage.input_tokens == 0 && self.last_usage.output_tokens == 0 => {
-                (estimate, estimate_tokens(message_bytes(msg)))
-            }
-            Ok(_) => (self.last_usage.input_tokens, self.last_usage.output_tokens),
+            Ok(msg) if u.input_tokens == 0 && u.output_tokens == 0 => Tokens {
+                input: estimate,
+                output: estimate_tokens(message_bytes(msg)),
+                ..Tokens::default()
+            },
+            Ok(_) => Tokens {
+                input: u.input_tokens,
+                cached_input: u.cached_input_tokens,
+                output: u.output_tokens,
+                reasoning: u.reasoning_tokens,
+            },
             // A failed request may have been billed: its worst case stays charged.
-            Err(_) => (estimate, cap.map_or(0, u64::from)),
+            Err(_) => Tokens {
+                input: estimate,
+                output: cap.map_or(0, u64::from),
+                ..Tokens::default()
+            },
         };
-        ledger.settle_model_call(estimate, cap, input, output, price.as_ref());
+        ledger.settle_model_call(estimate, cap, used, price.as_ref());
         result.map(Some)
     }
 
@@ -186,6 +216,7 @@ impl Call<'_> {
         );
         memory.push(reply.clone());
         memory.disarm();
+        emit(self.sink, || AgentEvent::BudgetExhausted(e.clone()));
         self.finish(reply, StopReason::BudgetExhausted).await
     }
 
@@ -239,15 +270,33 @@ impl Call<'_> {
         Ok(())
     }
 
-    /// At the end of the call: the session's time and record, and what the call spent.
-    pub(super) fn close_budgets(&mut self, memory: &mut CallMemory) -> Option<Spend> {
-        let ledgers = self.ledgers.as_ref()?;
+    /// At the end of the call: the session's time and record; what the call spent (by
+    /// agent) and what is left, into `outcome` and its reply's [`SPEND_KEY`] record.
+    pub(super) fn close_budgets(
+        &mut self,
+        memory: &mut CallMemory,
+        outcome: Option<&mut CallOutcome>,
+    ) {
+        let Some(ledgers) = self.ledgers.as_ref() else {
+            return;
+        };
         if let Some(session) = &ledgers.session {
             session.close_time();
             let record = session_record(&session.spent(), &Spend::default());
             memory.set_last_metadata(BUDGET_KEY, record);
         }
-        Some(ledgers.own.spent())
+        let Some(outcome) = outcome else {
+            return;
+        };
+        let spend = ledgers.own.spent();
+        let remaining = ledgers.own.remaining();
+        outcome.reply.metadata.insert(
+            SPEND_KEY.to_owned(),
+            serde_json::json!({ "spent": &spend, "remaining": &remaining }),
+        );
+        outcome.spend_by_agent = ledgers.own.spent_by_agent();
+        outcome.spend = Some(spend);
+        outcome.remaining = Some(remaining);
     }
 }
 

@@ -212,11 +212,8 @@ impl AgentInner {
             let work = std::pin::pin!(call.run(&mut memory, input));
             super::leasing::kept(lease, work).await
         };
-        let spend = call.close_budgets(&mut memory);
-        let result = result.map(|mut outcome| {
-            outcome.spend = spend;
-            outcome
-        });
+        let mut result = result;
+        call.close_budgets(&mut memory, result.as_mut().ok());
         let result = match result {
             Ok(outcome) => Ok(outcome),
             Err(err) => {
@@ -675,6 +672,8 @@ impl Call<'_> {
             model_calls: self.model_calls,
             decisions: self.take_trail(),
             spend: None,
+            spend_by_agent: indexmap::IndexMap::new(),
+            remaining: None,
             answer,
         })
     }

@@ -63,6 +63,12 @@ pub enum AgentEvent {
         /// The tool calls with an effect a rollback kept (empty for an interrupt).
         kept_effects: Vec<String>,
     },
+    /// A budget ran out and the call stops
+    /// ([`StopReason::BudgetExhausted`](super::StopReason::BudgetExhausted)): which
+    /// budget, its limit and what was used. Sent before the call's `PostCall`; `Final`
+    /// follows. (A tool call refused by a tool-call budget is not a stop: the model
+    /// reads its error result in [`AgentEvent::ToolResult`].)
+    BudgetExhausted(crate::budget::BudgetExhausted),
     /// The call finished; the last item of a successful stream.
     Final(CallOutcome),
     /// The call failed; the last item of a failed stream.

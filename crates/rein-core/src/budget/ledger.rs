@@ -4,6 +4,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use indexmap::IndexMap;
 use tokio::time::Instant;
 
 use super::{BYTES_PER_TOKEN, Budget, BudgetExhausted, BudgetKind, BudgetScope, ModelPrice, Spend};
@@ -16,6 +17,8 @@ pub(crate) struct Ledger {
     state: Mutex<LedgerState>,
     parent: Option<Arc<Ledger>>,
     started: Instant,
+    /// The agent path of the call drawing from this ledger (`support/billing`).
+    agent: String,
 }
 
 #[derive(Debug, Default)]
@@ -23,26 +26,47 @@ struct LedgerState {
     spent: Spend,
     /// What a model request in flight may still spend (charged when it is settled).
     reserved: Spend,
+    /// Of `spent`, what the calls of other agents (subagents below) spent, by agent
+    /// path; empty until one is charged (a call that does not delegate allocates
+    /// nothing for it).
+    by_agent: IndexMap<String, Spend>,
+}
+
+/// What one model request used, as the provider counted it (or as estimated).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Tokens {
+    pub(crate) input: u64,
+    pub(crate) cached_input: u64,
+    pub(crate) output: u64,
+    pub(crate) reasoning: u64,
 }
 
 impl Ledger {
-    /// A ledger for `limits` that has already spent `spent` (a session's stored total).
+    /// A ledger for `limits` that has already spent `spent` (a session's stored total),
+    /// drawn from by the calls of `agent` (its agent path).
     pub(crate) fn new(
         scope: BudgetScope,
         limits: Budget,
         spent: Spend,
         parent: Option<Arc<Ledger>>,
+        agent: String,
     ) -> Arc<Self> {
         Arc::new(Self {
             scope,
             limits,
             state: Mutex::new(LedgerState {
                 spent,
-                reserved: Spend::default(),
+                ..LedgerState::default()
             }),
             parent,
             started: Instant::now(),
+            agent,
         })
+    }
+
+    /// The agent path of the calls drawing from this ledger.
+    pub(crate) fn agent(&self) -> &str {
+        &self.agent
     }
 
     fn chain(self: &Arc<Self>) -> impl Iterator<Item = &Ledger> {
@@ -63,6 +87,73 @@ impl Ledger {
     /// What this ledger spent (settled charges).
     pub(crate) fn spent(&self) -> Spend {
         self.lock().spent.clone()
+    }
+
+    /// What this ledger spent by agent path: its own agent's calls first, then each
+    /// agent below that was charged, in the order they were first charged.
+    pub(crate) fn spent_by_agent(&self) -> IndexMap<String, Spend> {
+        let s = self.lock();
+        let mut own = s.spent.clone();
+        for other in s.by_agent.values() {
+            own.subtract(other);
+        }
+        let mut out = IndexMap::with_capacity(1 + s.by_agent.len());
+        out.insert(self.agent.clone(), own);
+        for (agent, spend) in &s.by_agent {
+            out.insert(agent.clone(), spend.clone());
+        }
+        out
+    }
+
+    /// What the calls drawing from this ledger may still spend: for each limit set on
+    /// this budget or any budget above it, the least left of it (reservations count
+    /// as spent); wall clock from now.
+    pub(crate) fn remaining(self: &Arc<Self>) -> Budget {
+        fn least(slot: &mut Option<u64>, left: u64) {
+            *slot = Some(slot.map_or(left, |v| v.min(left)));
+        }
+        let mut out = Budget::default();
+        for l in self.chain() {
+            let s = l.lock();
+            let b = &l.limits;
+            let used = |a: u64, r: u64| a.saturating_add(r);
+            let input = used(s.spent.input_tokens, s.reserved.input_tokens);
+            let output = used(s.spent.output_tokens, s.reserved.output_tokens);
+            if let Some(limit) = b.input_tokens {
+                least(&mut out.input_tokens, limit.saturating_sub(input));
+            }
+            if let Some(limit) = b.output_tokens {
+                least(&mut out.output_tokens, limit.saturating_sub(output));
+            }
+            if let Some(limit) = b.total_tokens {
+                least(
+                    &mut out.total_tokens,
+                    limit.saturating_sub(input.saturating_add(output)),
+                );
+            }
+            if let Some(limit) = b.cost {
+                let left = (limit - s.spent.cost - s.reserved.cost).max(0.0);
+                out.cost = Some(out.cost.map_or(left, |v| v.min(left)));
+            }
+            if let Some(limit) = b.model_calls {
+                let n = used(s.spent.model_calls, s.reserved.model_calls);
+                least(&mut out.model_calls, limit.saturating_sub(n));
+            }
+            if let Some(limit) = b.tool_calls {
+                least(&mut out.tool_calls, limit.saturating_sub(s.spent.tool_calls));
+            }
+            for (tool, limit) in &b.tool_calls_per_tool {
+                let n = s.spent.tool_calls_per_tool.get(tool).copied().unwrap_or(0);
+                let left = limit.saturating_sub(n);
+                let e = out.tool_calls_per_tool.entry(tool.clone()).or_insert(left);
+                *e = (*e).min(left);
+            }
+            if let Some(limit) = b.wall_clock_ms {
+                let elapsed = l.elapsed_ms(s.spent.wall_clock_ms);
+                least(&mut out.wall_clock_ms, limit.saturating_sub(elapsed));
+            }
+        }
+        out
     }
 
     fn elapsed_ms(&self, base: u64) -> u64 {
@@ -145,10 +236,14 @@ impl Ledger {
             if let Some(limit) = b.cost {
                 let spent = s.spent.cost + s.reserved.cost;
                 let p = price.copied().unwrap_or_default();
-                let after_input = limit - spent - p.cost(input, 0);
-                let out_cost = p.cost(0, 1);
+                let after_input = limit - spent - p.worst_cost(input, 0);
+                let out_cost = p.worst_cost(0, 1);
                 if after_input <= 0.0 || (out_cost > 0.0 && after_input < out_cost) {
-                    return Err(l.exhausted(BudgetKind::Cost, limit, spent + p.cost(input, 1)));
+                    return Err(l.exhausted(
+                        BudgetKind::Cost,
+                        limit,
+                        spent + p.worst_cost(input, 1),
+                    ));
                 }
                 if out_cost > 0.0 {
                     let left = (after_input / out_cost).floor() as u64;
@@ -160,7 +255,7 @@ impl Ledger {
         let worst = Spend {
             input_tokens: input,
             output_tokens: cap.unwrap_or(0),
-            cost: price.map_or(0.0, |p| p.cost(input, cap.unwrap_or(0))),
+            cost: price.map_or(0.0, |p| p.worst_cost(input, cap.unwrap_or(0))),
             model_calls: 1,
             ..Spend::default()
         };
@@ -171,31 +266,52 @@ impl Ledger {
     }
 
     /// Settles the request admitted with [`Ledger::admit_model_call`]: its reservation is
-    /// replaced by what it used (`input`, `output` tokens as the provider counted them).
+    /// replaced by what it `used` (tokens as the provider counted them).
     pub(crate) fn settle_model_call(
         self: &Arc<Self>,
         input_est: u64,
         cap: Option<u32>,
-        input: u64,
-        output: u64,
+        used: Tokens,
         price: Option<&ModelPrice>,
     ) {
         let cap = cap.map_or(0, u64::from);
+        let charge = Spend {
+            input_tokens: used.input,
+            output_tokens: used.output,
+            cached_input_tokens: used.cached_input.min(used.input),
+            reasoning_tokens: used.reasoning.min(used.output),
+            cost: price.map_or(0.0, |p| {
+                p.cost(used.input, used.cached_input, used.output, used.reasoning)
+            }),
+            model_calls: 1,
+            ..Spend::default()
+        };
         for l in self.chain() {
             let mut s = l.lock();
             let r = &mut s.reserved;
             r.input_tokens = r.input_tokens.saturating_sub(input_est);
             r.output_tokens = r.output_tokens.saturating_sub(cap);
-            r.cost -= price.map_or(0.0, |p| p.cost(input_est, cap));
+            r.cost -= price.map_or(0.0, |p| p.worst_cost(input_est, cap));
             if r.cost < 1e-12 {
                 r.cost = 0.0;
             }
             r.model_calls = r.model_calls.saturating_sub(1);
-            let sp = &mut s.spent;
-            sp.input_tokens = sp.input_tokens.saturating_add(input);
-            sp.output_tokens = sp.output_tokens.saturating_add(output);
-            sp.cost += price.map_or(0.0, |p| p.cost(input, output));
-            sp.model_calls = sp.model_calls.saturating_add(1);
+            s.spent.add(&charge);
+            self.note_other_agent(l, &mut s, &charge);
+        }
+    }
+
+    /// Keeps `charge`, made by this ledger's agent, under that agent on ledger `l` of
+    /// the chain when `l` belongs to another agent (a call above that delegated).
+    fn note_other_agent(&self, l: &Ledger, s: &mut LedgerState, charge: &Spend) {
+        if l.agent == self.agent {
+            return;
+        }
+        match s.by_agent.get_mut(&self.agent) {
+            Some(spend) => spend.add(charge),
+            None => {
+                s.by_agent.insert(self.agent.clone(), charge.clone());
+            }
         }
     }
 
@@ -230,14 +346,13 @@ impl Ledger {
             .any(|l| l.limits.tool_calls_per_tool.contains_key(tool));
         for l in self.chain() {
             let mut s = l.lock();
-            s.spent.tool_calls = s.spent.tool_calls.saturating_add(1);
-            if counted {
-                match s.spent.tool_calls_per_tool.get_mut(tool) {
-                    Some(n) => *n = n.saturating_add(1),
-                    None => {
-                        s.spent.tool_calls_per_tool.insert(tool.to_owned(), 1);
-                    }
-                }
+            s.spent.add_tool_call(tool, counted);
+            if l.agent != self.agent {
+                let spend = match s.by_agent.get_mut(&self.agent) {
+                    Some(spend) => spend,
+                    None => s.by_agent.entry(self.agent.clone()).or_default(),
+                };
+                spend.add_tool_call(tool, counted);
             }
         }
         Ok(())
@@ -282,7 +397,15 @@ mod tests {
     use crate::budget::{Budget, BudgetKind, BudgetScope, ModelPrice, Spend};
 
     fn ledger(b: Budget) -> Arc<Ledger> {
-        Ledger::new(BudgetScope::Call, b, Spend::default(), None)
+        Ledger::new(BudgetScope::Call, b, Spend::default(), None, "top".into())
+    }
+
+    fn t(input: u64, output: u64) -> Tokens {
+        Tokens {
+            input,
+            output,
+            ..Tokens::default()
+        }
     }
 
     #[test]
@@ -290,9 +413,9 @@ mod tests {
         let l = ledger(Budget::new().output_tokens(100));
         let cap = l.admit_model_call(10, Some(500), None).unwrap();
         assert_eq!(cap, Some(100));
-        l.settle_model_call(10, cap, 12, 60, None);
+        l.settle_model_call(10, cap, t(12, 60), None);
         assert_eq!(l.admit_model_call(10, None, None).unwrap(), Some(40));
-        l.settle_model_call(10, Some(40), 12, 40, None);
+        l.settle_model_call(10, Some(40), t(12, 40), None);
         let e = l.admit_model_call(10, None, None).unwrap_err();
         assert_eq!(e.kind, BudgetKind::OutputTokens);
     }
@@ -301,16 +424,17 @@ mod tests {
     fn a_child_draws_from_what_its_parent_has_left() {
         let parent = ledger(Budget::new().model_calls(3));
         parent.admit_model_call(1, None, None).unwrap();
-        parent.settle_model_call(1, None, 1, 1, None);
+        parent.settle_model_call(1, None, t(1, 1), None);
         let child = Ledger::new(
             BudgetScope::Subagent("a/b".into()),
             Budget::new().model_calls(10),
             Spend::default(),
             Some(Arc::clone(&parent)),
+            "top/b".into(),
         );
         for _ in 0..2 {
             let cap = child.admit_model_call(1, None, None).unwrap();
-            child.settle_model_call(1, cap, 1, 1, None);
+            child.settle_model_call(1, cap, t(1, 1), None);
         }
         let e = child.admit_model_call(1, None, None).unwrap_err();
         assert_eq!(
@@ -327,7 +451,7 @@ mod tests {
         // 200 input tokens cost 0.0002; 0.0008 left pays 400 output tokens.
         let cap = l.admit_model_call(200, Some(10_000), Some(&price)).unwrap();
         assert_eq!(cap, Some(400));
-        l.settle_model_call(200, cap, 200, 400, Some(&price));
+        l.settle_model_call(200, cap, t(200, 400), Some(&price));
         assert!(l.admit_model_call(1, None, Some(&price)).is_err());
     }
 
@@ -355,5 +479,71 @@ mod tests {
                 .contains("tool_calls_per_tool.refund")
         );
         assert!(Budget::new().cost(1.0).model_calls(2).validate("b").is_ok());
+    }
+
+    #[test]
+    fn cached_and_reasoning_tokens_are_charged_at_their_rates_and_reserved_at_the_dearer() {
+        // Input 1.0, cached 0.1, output 2.0, reasoning 4.0 per million.
+        let price = ModelPrice::new(1.0, 2.0).cached_input(0.1).reasoning(4.0);
+        let used = Tokens {
+            input: 1_000,
+            cached_input: 800,
+            output: 100,
+            reasoning: 60,
+        };
+        let l = ledger(Budget::new().cost(1.0));
+        let cap = l.admit_model_call(1_000, Some(100), Some(&price)).unwrap();
+        // Reserved at the dearer output rate: 1,000 × 1.0 + 100 × 4.0.
+        let reserved = l.spent_with_reserved().1.cost;
+        assert!((reserved - 0.0014).abs() < 1e-12, "{reserved}");
+        l.settle_model_call(1_000, cap, used, Some(&price));
+        let spent = l.spent();
+        // 200 × 1.0 + 800 × 0.1 + 40 × 2.0 + 60 × 4.0 = 600 per million.
+        assert!((spent.cost - 0.0006).abs() < 1e-12, "{}", spent.cost);
+        assert_eq!((spent.cached_input_tokens, spent.reasoning_tokens), (800, 60));
+        assert_eq!(l.spent_with_reserved().1.cost, 0.0);
+    }
+
+    #[test]
+    fn what_is_left_is_the_least_of_every_budget_on_the_chain() {
+        let parent = ledger(Budget::new().model_calls(3).tool_calls(10));
+        let child = Ledger::new(
+            BudgetScope::Subagent("b".into()),
+            Budget::new().model_calls(5).tool_calls(2),
+            Spend::default(),
+            Some(Arc::clone(&parent)),
+            "top/b".into(),
+        );
+        let cap = child.admit_model_call(1, None, None).unwrap();
+        child.settle_model_call(1, cap, t(1, 1), None);
+        child.admit_tool_call("search").unwrap();
+        let left = child.remaining();
+        assert_eq!((left.model_calls, left.tool_calls), (Some(2), Some(1)));
+        assert_eq!(left.input_tokens, None);
+        let top = parent.remaining();
+        assert_eq!((top.model_calls, top.tool_calls), (Some(2), Some(9)));
+    }
+
+    #[test]
+    fn a_delegating_ledger_splits_what_it_spent_by_agent() {
+        let parent = ledger(Budget::new());
+        let cap = parent.admit_model_call(1, None, None).unwrap();
+        parent.settle_model_call(1, cap, t(10, 5), None);
+        let child = Ledger::new(
+            BudgetScope::Call,
+            Budget::new(),
+            Spend::default(),
+            Some(Arc::clone(&parent)),
+            "top/b".into(),
+        );
+        let cap = child.admit_model_call(1, None, None).unwrap();
+        child.settle_model_call(1, cap, t(7, 3), None);
+        child.admit_tool_call("search").unwrap();
+        let by = parent.spent_by_agent();
+        assert_eq!(by.keys().collect::<Vec<_>>(), ["top", "top/b"]);
+        assert_eq!((by["top"].input_tokens, by["top"].tool_calls), (10, 0));
+        assert_eq!((by["top/b"].input_tokens, by["top/b"].tool_calls), (7, 1));
+        assert_eq!(parent.spent().input_tokens, 17);
+        assert_eq!(child.spent_by_agent().len(), 1);
     }
 }

@@ -56,6 +56,12 @@ use serde::{Deserialize, Serialize};
 /// assistant message (what the session spent: `{"spent": {...}, "reserved": {...}}`).
 pub const BUDGET_KEY: &str = "rein.budget";
 
+/// Metadata key of what a call with budgets spent and has left, on the reply it returns
+/// ([`CallOutcome::reply`](crate::CallOutcome::reply); not stored with the session):
+/// `{"spent": Spend, "remaining": Budget}` — [`CallOutcome::spend`](crate::CallOutcome::spend)
+/// and [`CallOutcome::remaining`](crate::CallOutcome::remaining) as JSON.
+pub const SPEND_KEY: &str = "rein.spend";
+
 /// How many bytes of request text the pre-request estimate counts as one token (4: a
 /// common average for English; text in other scripts may use more tokens per byte, which
 /// the bound in the [module docs](self) accounts for).
@@ -183,6 +189,14 @@ impl Budget {
 }
 
 /// The price of one model, per million tokens, in your currency unit.
+///
+/// Cached prompt tokens ([`Usage::cached_input_tokens`](crate::Usage::cached_input_tokens)) are priced at
+/// [`ModelPrice::cached_input_per_mtok`] and reasoning tokens
+/// ([`Usage::reasoning_tokens`](crate::Usage::reasoning_tokens)) at [`ModelPrice::reasoning_per_mtok`] when set, else at
+/// the input and output prices. Before a request is sent its tokens are not known to be
+/// cached or reasoning, so the budget check prices them at the dearer of the two rates.
+/// Cache *writes* (Anthropic `cache_creation_input_tokens`) are prompt tokens at the
+/// input price.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 #[non_exhaustive]
@@ -191,6 +205,13 @@ pub struct ModelPrice {
     pub input_per_mtok: f64,
     /// Per million generated tokens.
     pub output_per_mtok: f64,
+    /// Per million prompt tokens read from the provider's cache (default: the input
+    /// price).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached_input_per_mtok: Option<f64>,
+    /// Per million reasoning tokens (default: the output price).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_per_mtok: Option<f64>,
 }
 
 impl ModelPrice {
@@ -199,11 +220,49 @@ impl ModelPrice {
         Self {
             input_per_mtok,
             output_per_mtok,
+            cached_input_per_mtok: None,
+            reasoning_per_mtok: None,
         }
     }
 
-    fn cost(&self, input: u64, output: u64) -> f64 {
-        (input as f64 * self.input_per_mtok + output as f64 * self.output_per_mtok) / 1e6
+    /// Prices cached prompt tokens at `per_mtok` per million.
+    #[must_use]
+    pub fn cached_input(mut self, per_mtok: f64) -> Self {
+        self.cached_input_per_mtok = Some(per_mtok);
+        self
+    }
+
+    /// Prices reasoning tokens at `per_mtok` per million.
+    #[must_use]
+    pub fn reasoning(mut self, per_mtok: f64) -> Self {
+        self.reasoning_per_mtok = Some(per_mtok);
+        self
+    }
+
+    /// What `input` prompt tokens (`cached_input` of them read from the cache) and
+    /// `output` generated tokens (`reasoning` of them spent reasoning) cost at this
+    /// price, each at its rate. Cached and reasoning counts above the totals they belong
+    /// to are taken as the totals (the counts come from providers).
+    pub fn cost(&self, input: u64, cached_input: u64, output: u64, reasoning: u64) -> f64 {
+        let cached = cached_input.min(input);
+        let reasoning = reasoning.min(output);
+        ((input - cached) as f64 * self.input_per_mtok
+            + cached as f64 * self.cached_input_per_mtok.unwrap_or(self.input_per_mtok)
+            + (output - reasoning) as f64 * self.output_per_mtok
+            + reasoning as f64 * self.reasoning_per_mtok.unwrap_or(self.output_per_mtok))
+            / 1e6
+    }
+
+    /// The most `input` prompt and `output` generated tokens can cost, whichever of
+    /// them turn out cached or reasoning (what a budget reserves before a request).
+    pub(crate) fn worst_cost(&self, input: u64, output: u64) -> f64 {
+        let input_rate = self
+            .input_per_mtok
+            .max(self.cached_input_per_mtok.unwrap_or(0.0));
+        let output_rate = self
+            .output_per_mtok
+            .max(self.reasoning_per_mtok.unwrap_or(0.0));
+        (input as f64 * input_rate + output as f64 * output_rate) / 1e6
     }
 }
 
@@ -237,10 +296,18 @@ impl Prices {
     /// The model and field that is invalid.
     pub fn validate(&self) -> Result<(), String> {
         for (model, p) in &self.0 {
-            for (field, v) in [
+            let optional = [
+                ("cached_input_per_mtok", p.cached_input_per_mtok),
+                ("reasoning_per_mtok", p.reasoning_per_mtok),
+            ];
+            let set = optional
+                .into_iter()
+                .filter_map(|(field, v)| v.map(|v| (field, v)));
+            let fields = [
                 ("input_per_mtok", p.input_per_mtok),
                 ("output_per_mtok", p.output_per_mtok),
-            ] {
+            ];
+            for (field, v) in fields.into_iter().chain(set) {
                 if !(v.is_finite() && v >= 0.0) {
                     return Err(format!(
                         "`prices.{model}.{field}` must be a finite amount of at least zero, not {v}"
@@ -261,6 +328,10 @@ pub struct Spend {
     pub input_tokens: u64,
     /// Generated tokens.
     pub output_tokens: u64,
+    /// Of the prompt tokens, those the provider read from its cache.
+    pub cached_input_tokens: u64,
+    /// Of the generated tokens, those spent reasoning.
+    pub reasoning_tokens: u64,
     /// Cost, in the unit of the agent's [`Prices`] (0 without prices).
     pub cost: f64,
     /// Model calls.
@@ -278,14 +349,55 @@ impl Spend {
     fn add(&mut self, other: &Spend) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cached_input_tokens = self
+            .cached_input_tokens
+            .saturating_add(other.cached_input_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
         self.cost += other.cost;
         self.model_calls = self.model_calls.saturating_add(other.model_calls);
         self.tool_calls = self.tool_calls.saturating_add(other.tool_calls);
         for (tool, n) in &other.tool_calls_per_tool {
-            let e = self.tool_calls_per_tool.entry(tool.clone()).or_insert(0);
-            *e = e.saturating_add(*n);
+            match self.tool_calls_per_tool.get_mut(tool) {
+                Some(e) => *e = e.saturating_add(*n),
+                None => {
+                    self.tool_calls_per_tool.insert(tool.clone(), *n);
+                }
+            }
         }
         self.wall_clock_ms = self.wall_clock_ms.saturating_add(other.wall_clock_ms);
+    }
+
+    /// One tool call of `tool` (counted per tool when `per_tool`).
+    fn add_tool_call(&mut self, tool: &str, per_tool: bool) {
+        self.tool_calls = self.tool_calls.saturating_add(1);
+        if per_tool {
+            match self.tool_calls_per_tool.get_mut(tool) {
+                Some(n) => *n = n.saturating_add(1),
+                None => {
+                    self.tool_calls_per_tool.insert(tool.to_owned(), 1);
+                }
+            }
+        }
+    }
+
+    /// Takes `other` (a part of this spend) out of it, never below zero.
+    fn subtract(&mut self, other: &Spend) {
+        self.input_tokens = self.input_tokens.saturating_sub(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_sub(other.output_tokens);
+        self.cached_input_tokens = self
+            .cached_input_tokens
+            .saturating_sub(other.cached_input_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_sub(other.reasoning_tokens);
+        self.cost = (self.cost - other.cost).max(0.0);
+        self.model_calls = self.model_calls.saturating_sub(other.model_calls);
+        self.tool_calls = self.tool_calls.saturating_sub(other.tool_calls);
+        for (tool, n) in &other.tool_calls_per_tool {
+            if let Some(e) = self.tool_calls_per_tool.get_mut(tool) {
+                *e = e.saturating_sub(*n);
+            }
+        }
+        self.tool_calls_per_tool.retain(|_, n| *n > 0);
+        // Wall clock is each call's own, not a sum of its parts.
     }
 }
 
@@ -367,4 +479,4 @@ impl std::fmt::Display for BudgetExhausted {
 
 mod ledger;
 
-pub(crate) use ledger::{Ledger, estimate_tokens, session_record, stored_spend};
+pub(crate) use ledger::{Ledger, Tokens, estimate_tokens, session_record, stored_spend};

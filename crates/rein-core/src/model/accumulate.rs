@@ -149,6 +149,12 @@ pub(crate) fn apply_chunk(
             if u.output_tokens > 0 {
                 usage.output_tokens = u.output_tokens;
             }
+            if u.cached_input_tokens > 0 {
+                usage.cached_input_tokens = u.cached_input_tokens;
+            }
+            if u.reasoning_tokens > 0 {
+                usage.reasoning_tokens = u.reasoning_tokens;
+            }
         }
         ModelChunk::Finish(_) => {}
     }

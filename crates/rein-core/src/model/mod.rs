@@ -230,10 +230,27 @@ impl GenerateOptions {
 /// Token usage of one model call, or summed over a call of the agent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Prompt tokens, cached ones included.
     pub input_tokens: u64,
-    /// Generated tokens.
+    /// Generated tokens, reasoning ones included.
     pub output_tokens: u64,
+    /// Of [`Usage::input_tokens`], those the provider read from its prompt cache
+    /// (OpenAI `prompt_tokens_details.cached_tokens`, Anthropic
+    /// `cache_read_input_tokens`); 0 when the provider reports none. A
+    /// [`ModelPrice::cached_input_per_mtok`](crate::budget::ModelPrice::cached_input_per_mtok)
+    /// prices them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_input_tokens: u64,
+    /// Of [`Usage::output_tokens`], those the model spent reasoning (OpenAI
+    /// `completion_tokens_details.reasoning_tokens`); 0 when the provider reports none.
+    /// A [`ModelPrice::reasoning_per_mtok`](crate::budget::ModelPrice::reasoning_per_mtok)
+    /// prices them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -242,6 +259,21 @@ impl Usage {
     pub fn add(&mut self, other: Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cached_input_tokens = self
+            .cached_input_tokens
+            .saturating_add(other.cached_input_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
+    }
+
+    /// Usage of `input_tokens` prompt and `output_tokens` generated tokens, none of
+    /// them cached or reasoning.
+    pub const fn new(input_tokens: u64, output_tokens: u64) -> Self {
+        Self {
+            input_tokens,
+            output_tokens,
+            cached_input_tokens: 0,
+            reasoning_tokens: 0,
+        }
     }
 }
 

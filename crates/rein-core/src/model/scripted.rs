@@ -99,10 +99,14 @@ impl ScriptedTurn {
     /// Reports this usage at the end of the turn (the output tokens capped at the
     /// request's `max_tokens`, as a provider that honours the cap reports them).
     pub fn with_usage(mut self, input_tokens: u64, output_tokens: u64) -> Self {
-        self.usage = Some(Usage {
-            input_tokens,
-            output_tokens,
-        });
+        self.usage = Some(Usage::new(input_tokens, output_tokens));
+        self
+    }
+
+    /// Reports `usage` at the end of the turn, cached-input and reasoning counts
+    /// included (the output tokens capped as for [`ScriptedTurn::with_usage`]).
+    pub fn with_usage_of(mut self, usage: Usage) -> Self {
+        self.usage = Some(usage);
         self
     }
 
