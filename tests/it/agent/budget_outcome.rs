@@ -39,10 +39,10 @@ async fn every_agent_of_the_tree_is_listed_with_what_it_spent_and_the_parts_add_
     assert_eq!(outcome.reason, StopReason::Final);
     let by = &outcome.spend_by_agent;
     assert_eq!(
-        by.keys().map(String::as_str).collect::<Vec<_>>(),
+        by.iter().map(|(a, _)| a.as_str()).collect::<Vec<_>>(),
         ["support", "support/helper"]
     );
-    let (parent, child) = (&by["support"], &by["support/helper"]);
+    let (parent, child) = (&by[0].1, &by[1].1);
     assert_eq!((parent.model_calls, parent.input_tokens), (2, 220));
     // The spawn is the parent's tool call; `add` is the child's.
     assert_eq!((parent.tool_calls, child.tool_calls), (1, 1));
@@ -64,7 +64,12 @@ async fn the_outcome_and_the_reply_say_what_is_left_of_every_budget() {
     let store = InMemorySessionStore::new();
     let agent = builder_with_tools(&model, vec![add_tool(&log)])
         .session_store(store)
-        .call_budget(Budget::new().model_calls(5).tool_calls(3).output_tokens(100))
+        .call_budget(
+            Budget::new()
+                .model_calls(5)
+                .tool_calls(3)
+                .output_tokens(100),
+        )
         .session_budget(Budget::new().model_calls(3))
         .build()
         .unwrap();
@@ -77,7 +82,10 @@ async fn the_outcome_and_the_reply_say_what_is_left_of_every_budget() {
     assert_eq!(left.model_calls, Some(1));
     assert_eq!(left.tool_calls, Some(2));
     assert_eq!(left.output_tokens, Some(90));
-    assert_eq!(left.input_tokens, None, "no input budget, nothing to report");
+    assert_eq!(
+        left.input_tokens, None,
+        "no input budget, nothing to report"
+    );
     let record = &first.reply.metadata[SPEND_KEY];
     assert_eq!(record["remaining"]["model_calls"], 1);
     assert_eq!(record["spent"]["model_calls"], 2);
@@ -98,9 +106,8 @@ async fn the_outcome_and_the_reply_say_what_is_left_of_every_budget() {
 #[tokio::test]
 async fn a_stream_shows_which_budget_stopped_the_call_before_its_final_event() {
     let log = Log::default();
-    let model = ScriptedModel::new(
-        (0..5).map(|i| ScriptedTurn::tool_call("add", json!({"a": i, "b": 1}))),
-    );
+    let model =
+        ScriptedModel::new((0..5).map(|i| ScriptedTurn::tool_call("add", json!({"a": i, "b": 1}))));
     let agent = builder_with_tools(&model, vec![add_tool(&log)])
         .call_budget(Budget::new().model_calls(2))
         .build()
@@ -120,7 +127,10 @@ async fn a_stream_shows_which_budget_stopped_the_call_before_its_final_event() {
     let AgentEvent::BudgetExhausted(e) = &events[stop] else {
         unreachable!()
     };
-    assert_eq!((&e.kind, &e.scope), (&BudgetKind::ModelCalls, &BudgetScope::Call));
+    assert_eq!(
+        (&e.kind, &e.scope),
+        (&BudgetKind::ModelCalls, &BudgetScope::Call)
+    );
     assert_eq!((e.limit, e.used), (2.0, 2.0));
     assert_eq!(
         events
@@ -152,7 +162,10 @@ async fn cached_and_reasoning_tokens_are_charged_at_their_own_prices() {
     let spend = outcome.spend.unwrap();
     // 200 × 1.0 + 800 × 0.1 + 40 × 2.0 + 60 × 4.0 per million tokens.
     assert!((spend.cost - 600e-6).abs() < 1e-12, "{}", spend.cost);
-    assert_eq!((spend.cached_input_tokens, spend.reasoning_tokens), (800, 60));
+    assert_eq!(
+        (spend.cached_input_tokens, spend.reasoning_tokens),
+        (800, 60)
+    );
     // The same usage at plain input and output prices costs more.
     assert!(spend.cost < ModelPrice::new(1.0, 2.0).cost(1_000, 0, 100, 0));
 }

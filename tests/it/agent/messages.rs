@@ -154,9 +154,6 @@ async fn usage_is_summed_over_the_calls_model_calls() {
         .run(vec![Msg::user("hi")], RunContext::new())
         .await
         .unwrap();
-    assert_eq!(
-        out.usage,
-        Usage::new(30, 5)
-    );
+    assert_eq!(out.usage, Usage::new(30, 5));
     assert_eq!(out.model_calls, 2);
 }

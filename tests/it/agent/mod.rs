@@ -4,8 +4,8 @@
 //! step of a call, the fuzz targets' properties on stable, and the one-way module graph of
 //! `src/`.
 
-mod budget_properties;
 mod budget_outcome;
+mod budget_properties;
 mod budgets;
 mod build;
 mod context_window;

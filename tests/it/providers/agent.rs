@@ -146,17 +146,10 @@ async fn an_agent_runs_a_two_turn_tool_conversation_through_each_provider_with_h
 
         assert_eq!(
             seen.reasoning_usage,
-            [
-                Usage::new(10, 5),
-                Usage::new(20, 6)
-            ],
+            [Usage::new(10, 5), Usage::new(20, 6)],
             "{name}"
         );
-        assert_eq!(
-            seen.call_usage,
-            Some(Usage::new(30, 11)),
-            "{name}"
-        );
+        assert_eq!(seen.call_usage, Some(Usage::new(30, 11)), "{name}");
         assert_memory_valid(&agent.messages(&key("default")).await);
     }
 }

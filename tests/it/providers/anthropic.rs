@@ -211,9 +211,7 @@ async fn a_plain_text_transcript_streams_text_usage_and_the_stop_reason() {
         ],
     )
     .await;
-    let usage = |i, o| {
-        ModelChunk::Usage(Usage::new(i, o))
-    };
+    let usage = |i, o| ModelChunk::Usage(Usage::new(i, o));
     assert_eq!(
         chunks,
         vec![

@@ -294,9 +294,9 @@ impl Call<'_> {
             SPEND_KEY.to_owned(),
             serde_json::json!({ "spent": &spend, "remaining": &remaining }),
         );
-        outcome.spend_by_agent = ledgers.own.spent_by_agent();
+        outcome.spend_by_agent = ledgers.own.spent_by_agent().into_iter().collect();
         outcome.spend = Some(spend);
-        outcome.remaining = Some(remaining);
+        outcome.remaining = Some(Box::new(remaining));
     }
 }
 

@@ -161,13 +161,14 @@ pub struct CallOutcome {
     /// [`CallOutcome::spend`] by agent path (`support`, `support/billing`): the call's
     /// own agent first (what it spent itself), then each subagent charged, in the
     /// order they were first charged (a subagent's entry excludes its own subagents').
-    /// Empty for an agent without budgets.
-    pub spend_by_agent: indexmap::IndexMap<String, crate::budget::Spend>,
+    /// Empty for an agent without budgets. (Boxed and listed, not mapped, to keep the
+    /// outcome small: it travels in every stream's `Final` event.)
+    pub spend_by_agent: Vec<(String, crate::budget::Spend)>,
     /// What the call could still spend when it ended: for each limit set on its
     /// budgets (the call's, the session's, and those of the calls that delegated to
     /// it), the least left of it. `None` for an agent without budgets. The reply's
     /// [`SPEND_KEY`](crate::budget::SPEND_KEY) record carries the same.
-    pub remaining: Option<crate::budget::Budget>,
+    pub remaining: Option<Box<crate::budget::Budget>>,
     /// For a structured-output call: the answer as the model gave it and the loop
     /// accepted it, before `PostCall` hooks (masking) changed its text — what
     /// [`Agent::run_typed`] validates and decodes.

@@ -672,7 +672,7 @@ impl Call<'_> {
             model_calls: self.model_calls,
             decisions: self.take_trail(),
             spend: None,
-            spend_by_agent: indexmap::IndexMap::new(),
+            spend_by_agent: Vec::new(),
             remaining: None,
             answer,
         })

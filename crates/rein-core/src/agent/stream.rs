@@ -18,6 +18,8 @@ use crate::message::{ToolResult, ToolUse};
 /// reply (after `PostCall` hooks) is in [`AgentEvent::Final`].
 #[derive(Debug)]
 #[non_exhaustive]
+// `Final` is sent once per call; boxing it would break users' `Final(outcome)` patterns.
+#[allow(clippy::large_enum_variant)]
 pub enum AgentEvent {
     /// A text delta from the model (reasoning or summary).
     TextDelta(String),

@@ -140,7 +140,10 @@ impl Ledger {
                 least(&mut out.model_calls, limit.saturating_sub(n));
             }
             if let Some(limit) = b.tool_calls {
-                least(&mut out.tool_calls, limit.saturating_sub(s.spent.tool_calls));
+                least(
+                    &mut out.tool_calls,
+                    limit.saturating_sub(s.spent.tool_calls),
+                );
             }
             for (tool, limit) in &b.tool_calls_per_tool {
                 let n = s.spent.tool_calls_per_tool.get(tool).copied().unwrap_or(0);
@@ -500,7 +503,10 @@ mod tests {
         let spent = l.spent();
         // 200 × 1.0 + 800 × 0.1 + 40 × 2.0 + 60 × 4.0 = 600 per million.
         assert!((spent.cost - 0.0006).abs() < 1e-12, "{}", spent.cost);
-        assert_eq!((spent.cached_input_tokens, spent.reasoning_tokens), (800, 60));
+        assert_eq!(
+            (spent.cached_input_tokens, spent.reasoning_tokens),
+            (800, 60)
+        );
         assert_eq!(l.spent_with_reserved().1.cost, 0.0);
     }
 
