@@ -7,14 +7,8 @@ use rein::budget::{BudgetKind, BudgetScope, SPEND_KEY};
 use rein::*;
 use serde_json::json;
 
+use super::budgets::helper;
 use crate::support::{Log, add_tool, builder_with_tools, session};
-
-fn helper() -> SubagentDeclaration {
-    SubagentDeclaration::builder("helper")
-        .description("adds numbers")
-        .build()
-        .unwrap()
-}
 
 #[tokio::test]
 async fn every_agent_of_the_tree_is_listed_with_what_it_spent_and_the_parts_add_up() {

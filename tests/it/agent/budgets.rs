@@ -252,7 +252,8 @@ async fn a_session_budget_is_shared_by_every_agent_on_the_store_and_outlives_cal
     assert_eq!(record["spent"]["model_calls"], 3);
 }
 
-fn helper() -> SubagentDeclaration {
+/// A plain subagent declaration named `helper` (shared with `budget_outcome`).
+pub(super) fn helper() -> SubagentDeclaration {
     SubagentDeclaration::builder("helper")
         .description("adds numbers")
         .build()
