@@ -277,11 +277,12 @@ fn echo_tools() -> Toolkit {
 
 async fn work<S: Leased>(r: usize, h: Harness<S>) {
     let ttl: u64 = std::env::var("REIN_REPLICA_TTL_MS").map_or(10_000, |t| t.parse().unwrap());
+    let wait: u64 = std::env::var("REIN_REPLICA_WAIT_MS").map_or(1_000, |t| t.parse().unwrap());
     let agent = Agent::builder()
         .model(EchoModel)
         .without_global_hooks()
         .toolkit(echo_tools())
-        .leased_session_store(h.client().await, config(ttl, 1_000))
+        .leased_session_store(h.client().await, config(ttl, wait))
         .build()
         .unwrap();
     let mut by_session: Vec<Vec<String>> = vec![Vec::new(); SESSIONS];
@@ -320,6 +321,7 @@ async fn two_processes<S: Leased>(
     ttl_ms: u64,
     kill_at: Option<usize>,
 ) {
+    let _storm = crate::support::worker::storm().await;
     let mut children: Vec<_> = (0..2)
         .map(|r| {
             crate::support::worker::worker("session::replicas::replica_worker")
@@ -327,6 +329,14 @@ async fn two_processes<S: Leased>(
                 .env("REIN_REPLICA_ENGINE", engine)
                 .env("REIN_REPLICA_NS", ns)
                 .env("REIN_REPLICA_TTL_MS", ttl_ms.to_string())
+                // Without a kill nothing holds a lease past a call, so a Busy is only a
+                // holder starved by a loaded machine: a longer wait lets the calls land
+                // (their histories are what is checked). With a kill, a wait shorter
+                // than the TTL makes calls on the dead replica's sessions refuse.
+                .env(
+                    "REIN_REPLICA_WAIT_MS",
+                    if kill_at.is_some() { "1000" } else { "3000" },
+                )
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()

@@ -28,6 +28,15 @@ pub fn worker(path: &str) -> Command {
     command
 }
 
+/// Held by a test while it runs a storm of calls from several worker processes
+/// (`session::replicas`): two storms at once on a two-core machine starve each other's
+/// lease holders past the lease wait, which measures the machine, not the store. Other
+/// tests still run beside a storm.
+pub async fn storm() -> tokio::sync::MutexGuard<'static, ()> {
+    static STORM: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    STORM.lock().await
+}
+
 /// Kills `child` with SIGKILL and waits for it.
 pub fn kill(child: &mut Child) -> ExitStatus {
     child.kill().unwrap();
