@@ -124,6 +124,37 @@ async fn the_migration_is_idempotent_and_safe_for_replicas_starting_together() {
     assert!(err.to_string().contains("migrated"), "{err}");
 }
 
+/// A replica that starts (and migrates) while another replica's calls hold their tables
+/// takes no table lock when the schema is current: an `ALTER TABLE` there would wait for
+/// the readers and deadlock with a load that waits for it (seen in the two-replica run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_migrating_while_another_reads_its_tables_waits_for_no_lock() {
+    let Some(url) = postgres_url() else { return };
+    let table = fresh_table();
+    let store = connect(&url, &table).await;
+    store
+        .save(&SessionKey::new(None, "busy"), &[Msg::user("hi")], 0)
+        .await
+        .unwrap();
+    // Another replica's transaction reads every table of the store and stays open.
+    let reader = raw(&url).await;
+    reader
+        .batch_execute(&format!(
+            "BEGIN; SELECT count(*) FROM {table}; SELECT count(*) FROM {table}_leases; \
+             SELECT count(*) FROM {table}_messages; SELECT count(*) FROM {table}_waiters"
+        ))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let again = tokio::time::timeout(Duration::from_secs(20), connect(&url, &table)).await;
+    assert!(
+        again.is_ok(),
+        "the migration waited for the open reader ({:?})",
+        started.elapsed()
+    );
+    reader.batch_execute("COMMIT").await.unwrap();
+}
+
 #[tokio::test]
 async fn a_postgres_row_with_an_undecodable_history_is_corrupt_on_load() {
     let Some(url) = postgres_url() else { return };

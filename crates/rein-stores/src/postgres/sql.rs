@@ -45,6 +45,7 @@ impl Sql {
         let w = quote(&format!("{name}_waiters"));
         let arrivals = quote(&format!("{name}_arrivals"));
         let queued = quote(&format!("{name}_acquire_queued"));
+        let user_index = quote(&format!("{name}_user"));
         // The per-session lock of a queued attempt: the table's name and the key.
         let lock_space = format!("'{name}:'");
         // The sequence's name as a string literal for nextval (regclass text).
@@ -166,9 +167,22 @@ impl Sql {
                      messages    text NOT NULL,
                      updated_at  timestamptz NOT NULL DEFAULT now()
                  );
-                 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS msg_count bigint;
-                 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS msg_bytes bigint;
-                 CREATE INDEX IF NOT EXISTS \"{name}_user\" ON {t} (user_id, session_id);
+                 -- ALTER TABLE and CREATE INDEX lock the table before they find there is
+                 -- nothing to do, and a replica migrating while another runs calls then
+                 -- deadlocks with a call's load: they run only when something is missing.
+                 DO $m$ BEGIN
+                   IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{t}'::regclass
+                                    AND attname = 'msg_count' AND NOT attisdropped) THEN
+                     ALTER TABLE {t} ADD COLUMN IF NOT EXISTS msg_count bigint;
+                   END IF;
+                   IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{t}'::regclass
+                                    AND attname = 'msg_bytes' AND NOT attisdropped) THEN
+                     ALTER TABLE {t} ADD COLUMN IF NOT EXISTS msg_bytes bigint;
+                   END IF;
+                   IF to_regclass('{user_index}') IS NULL THEN
+                     CREATE INDEX IF NOT EXISTS \"{name}_user\" ON {t} (user_id, session_id);
+                   END IF;
+                 END $m$;
                  CREATE TABLE IF NOT EXISTS {m} (
                      session_key text NOT NULL,
                      idx         bigint NOT NULL,
@@ -181,7 +195,12 @@ impl Sql {
                      fence       bigint NOT NULL,
                      expires_at  timestamptz NOT NULL
                  );
-                 ALTER TABLE {l} ADD COLUMN IF NOT EXISTS signal text;
+                 DO $m$ BEGIN
+                   IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{l}'::regclass
+                                    AND attname = 'signal' AND NOT attisdropped) THEN
+                     ALTER TABLE {l} ADD COLUMN IF NOT EXISTS signal text;
+                   END IF;
+                 END $m$;
                  CREATE SEQUENCE IF NOT EXISTS {arrivals};
                  -- Unlogged: entries live seconds, and a join or a refresh then commits
                  -- without a WAL flush (after a server crash, waiters simply join again).
