@@ -146,12 +146,18 @@ fn two_processes_never_spend_more_than_the_session_budget(engine: &str, at: &str
     );
 }
 
-/// A replica process is killed with SIGKILL while its second request is in flight; a
-/// second process on the same session finds that request charged: of a budget of three
-/// model calls, the dead process answered one and reserved one, so one is left.
-fn a_killed_process_leaves_its_charge_with_the_session(engine: &str, at: &str) {
-    let s = format!("budget-kill-{}", std::process::id());
-    let mut dying = command(engine, at, &s, 2, 3, "0,60000")
+/// A replica process is killed with SIGKILL while its request number `dies_at` (1: the
+/// session's very first, 2: its second) is in flight; a second process on the same
+/// session finds that request charged. Of a budget of three model calls, the dead
+/// process used `dies_at` (answered the ones before, reserved the last), so the
+/// survivor's three calls answer `3 - dies_at` times and then stop for the budget.
+fn a_killed_process_leaves_its_charge_with_the_session(engine: &str, at: &str, dies_at: usize) {
+    let s = format!("budget-kill-{dies_at}-{}", std::process::id());
+    // Every request before the dying one answers at once; the dying one never does.
+    let mut delays = vec!["0"; dies_at - 1];
+    delays.push("60000");
+    let delays = delays.join(",");
+    let mut dying = command(engine, at, &s, dies_at, 3, &delays)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -159,28 +165,36 @@ fn a_killed_process_leaves_its_charge_with_the_session(engine: &str, at: &str) {
     let mut reader = BufReader::new(dying.stdout.take().unwrap()).lines();
     let started = Instant::now();
     let mut seen = Vec::new();
-    // The second request goes out after its reservation is saved: kill it then.
+    // A request goes out after its reservation is saved: kill it then.
+    let last = format!("REQUEST {dies_at}");
     while let Some(Ok(line)) = reader.next() {
         if line.starts_with("REQUEST") || line.starts_with("OUTCOME") {
             seen.push(line.clone());
         }
-        if line == "REQUEST 2" {
+        if line == last {
             break;
         }
         assert!(started.elapsed() < Duration::from_secs(60), "{seen:?}");
     }
-    assert_eq!(seen, ["REQUEST 1", "OUTCOME final", "REQUEST 2"]);
+    let mut expected: Vec<String> = (1..dies_at)
+        .flat_map(|n| [format!("REQUEST {n}"), "OUTCOME final".to_owned()])
+        .collect();
+    expected.push(last);
+    assert_eq!(seen, expected);
     assert!(!kill(&mut dying).success());
-    // The survivor waits out the dead process's lease (1 s), then: one call answers,
-    // the next two stop for the budget.
+    // The survivor waits out the dead process's lease (1 s), then answers what is left
+    // of the budget and stops for it after.
     let out = command(engine, at, &s, 3, 3, "0").output().unwrap();
     let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let left = 3 - dies_at;
+    let mut outcomes = vec!["final"; left];
+    outcomes.extend(vec!["budget_exhausted"; 3 - left]);
     assert_eq!(
         lines(&out, "OUTCOME"),
-        ["final", "budget_exhausted", "budget_exhausted"],
+        outcomes,
         "the killed request is charged: {out}"
     );
-    assert_eq!(lines(&out, "REQUEST").len(), 1, "{out}");
+    assert_eq!(lines(&out, "REQUEST").len(), left, "{out}");
 }
 
 #[cfg(feature = "redis")]
@@ -201,7 +215,13 @@ mod redis {
     #[test]
     fn a_process_killed_mid_request_leaves_its_charge_with_the_session() {
         let Some((_, at)) = at() else { return };
-        a_killed_process_leaves_its_charge_with_the_session("redis", &at);
+        a_killed_process_leaves_its_charge_with_the_session("redis", &at, 2);
+    }
+
+    #[test]
+    fn a_process_killed_during_a_new_sessions_first_request_leaves_it_charged() {
+        let Some((_, at)) = at() else { return };
+        a_killed_process_leaves_its_charge_with_the_session("redis", &at, 1);
     }
 }
 
@@ -223,6 +243,12 @@ mod postgres {
     #[test]
     fn a_process_killed_mid_request_leaves_its_charge_with_the_session() {
         let Some((_, at)) = at() else { return };
-        a_killed_process_leaves_its_charge_with_the_session("postgres", &at);
+        a_killed_process_leaves_its_charge_with_the_session("postgres", &at, 2);
+    }
+
+    #[test]
+    fn a_process_killed_during_a_new_sessions_first_request_leaves_it_charged() {
+        let Some((_, at)) = at() else { return };
+        a_killed_process_leaves_its_charge_with_the_session("postgres", &at, 1);
     }
 }

@@ -79,10 +79,7 @@ impl AgentInner {
             None => self.info.name.clone(),
         };
         let session = self.session_budget.as_ref().map(|b| {
-            let spent = memory
-                .last_metadata(BUDGET_KEY)
-                .map(stored_spend)
-                .unwrap_or_default();
+            let spent = memory.budget_record().map(stored_spend).unwrap_or_default();
             Ledger::new(
                 BudgetScope::Session,
                 b.clone(),
@@ -260,10 +257,10 @@ impl Call<'_> {
         } else {
             session_record(&spent, &Spend::default())
         };
-        if memory.last_metadata(BUDGET_KEY).is_none() && memory.messages().is_empty() {
+        if memory.messages().is_empty() {
             return Ok(());
         }
-        memory.set_last_metadata(BUDGET_KEY, record);
+        memory.set_budget_record(record);
         if reserving {
             memory.checkpoint().await.map_err(Error::store)?;
         }
@@ -283,7 +280,7 @@ impl Call<'_> {
         if let Some(session) = &ledgers.session {
             session.close_time();
             let record = session_record(&session.spent(), &Spend::default());
-            memory.set_last_metadata(BUDGET_KEY, record);
+            memory.set_budget_record(record);
         }
         let Some(outcome) = outcome else {
             return;

@@ -118,11 +118,12 @@ impl Call<'_> {
             .filter(|m| !pinned(m))
             .cloned()
             .collect();
+        // The newest record of what it replaces (on an assistant message, or on the
+        // first call's input while that call had no answer yet).
         let budget_record = history[..cut]
             .iter()
             .rev()
-            .find(|m| m.role == Role::Assistant)
-            .and_then(|m| m.metadata.get(BUDGET_KEY))
+            .find_map(|m| m.metadata.get(BUDGET_KEY))
             .cloned();
         let replaced = compacted.len();
         // The summary is derived from what it replaces: it carries their labels, and

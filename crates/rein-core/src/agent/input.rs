@@ -17,6 +17,13 @@ impl Call<'_> {
         memory: &mut CallMemory,
         mut input: Vec<Msg>,
     ) -> Result<Option<Vec<ToolUse>>, Error> {
+        // The session's budget record is the runtime's: a record in the input would
+        // otherwise be read as what the session spent.
+        for m in &mut input {
+            if !m.metadata.is_empty() {
+                m.metadata.remove(crate::budget::BUDGET_KEY);
+            }
+        }
         let label = self.agent.input_label;
         if !label.is_bottom() {
             for m in &mut input {

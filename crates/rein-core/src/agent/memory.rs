@@ -401,6 +401,35 @@ impl CallMemory {
         self.last_assistant().and_then(|m| m.metadata.get(key))
     }
 
+    /// The session's budget record ([`BUDGET_KEY`](crate::budget::BUDGET_KEY)): the
+    /// newest one, on the last message that carries one.
+    pub(crate) fn budget_record(&self) -> Option<&serde_json::Value> {
+        self.guard
+            .messages
+            .iter()
+            .rev()
+            .find_map(|m| m.metadata.get(crate::budget::BUDGET_KEY))
+    }
+
+    /// Writes the session's budget record on the last assistant message or, while the
+    /// session has none (its first call, before the model answered), on its last
+    /// message: the call's input, so that the first request's reservation is saved too.
+    pub(crate) fn set_budget_record(&mut self, value: serde_json::Value) {
+        let messages = &self.guard.messages;
+        let Some(index) = messages
+            .iter()
+            .rposition(|m| m.role == Role::Assistant)
+            .or_else(|| messages.len().checked_sub(1))
+        else {
+            return;
+        };
+        self.guard.changed_at(index);
+        if let Some(msg) = self.messages_mut().get_mut(index) {
+            msg.metadata
+                .insert(crate::budget::BUDGET_KEY.to_owned(), value);
+        }
+    }
+
     /// Pending tool uses that an earlier attempt journaled (claimed, settled or
     /// suspended).
     pub(crate) fn journaled_pending(&self) -> Result<Vec<ToolUse>, StoreError> {

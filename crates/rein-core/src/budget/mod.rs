@@ -38,13 +38,14 @@
 //!
 //! # Session budgets across replicas
 //! A session budget is kept with the session: what the session spent is stored in the
-//! metadata of its last assistant message under [`BUDGET_KEY`], saved (fenced under a
-//! lease) with the conversation, so every replica sharing the store sees one total. With
-//! a session budget, each model request's worst case is reserved and saved *before* the
-//! request is sent, and replaced by the actual charge after: a replica that crashes after
-//! the model answered leaves its reservation charged, never a lost charge. (The very
-//! first model call of a session has no stored assistant message to carry its
-//! reservation; its charge is saved with its answer.)
+//! metadata of its last assistant message under [`BUDGET_KEY`] (in a session the model
+//! has not answered yet, on its last message: the first call's input), saved (fenced
+//! under a lease) with the conversation, so every replica sharing the store sees one
+//! total; the newest record in the session is the one read. With a session budget, each
+//! model request's worst case is reserved and saved *before* the request is sent, the
+//! session's first request included, and replaced by the actual charge after: a replica
+//! that crashes after the model answered leaves its reservation charged, never a lost
+//! charge. The record is the runtime's: one in a call's input is removed on admission.
 
 use std::time::Duration;
 
