@@ -6,6 +6,12 @@
 use std::fmt;
 use std::time::Duration;
 
+mod elicitation;
+
+pub use elicitation::{
+    Elicitation, ElicitationDecision, ElicitationHandler, ElicitationHook, ElicitationKind,
+};
+
 /// The prefix of every MCP tool name.
 pub const TOOL_PREFIX: &str = "mcp__";
 
@@ -182,6 +188,7 @@ pub struct McpServerConfig {
     pub(crate) enable_tools: Option<Vec<String>>,
     pub(crate) limits: McpLimits,
     pub(crate) capabilities: crate::label::ToolCapabilities,
+    pub(crate) elicitation: Option<ElicitationHook>,
 }
 
 impl McpServerConfig {
@@ -213,6 +220,7 @@ impl McpServerConfig {
             enable_tools: None,
             limits: McpLimits::default(),
             capabilities: crate::label::ToolCapabilities::remote(),
+            elicitation: None,
         }
     }
 
@@ -301,6 +309,21 @@ impl McpServerConfig {
     pub fn capabilities(mut self, capabilities: crate::label::ToolCapabilities) -> Self {
         self.capabilities = capabilities;
         self
+    }
+
+    /// Lets this server ask for input while its tools run: its elicitations
+    /// (`elicitation/create`, form or URL) go to `handler`, labelled as the server's
+    /// content (see [`Elicitation`]), and the client advertises elicitation to it.
+    /// Default: none — the client does not advertise elicitation and declines any that
+    /// arrives (a server cannot get an answer the application did not give).
+    pub fn on_elicitation(mut self, handler: impl ElicitationHandler) -> Self {
+        self.elicitation = Some(ElicitationHook::new(handler));
+        self
+    }
+
+    /// The server's elicitation handler ([`McpServerConfig::on_elicitation`]), if any.
+    pub fn elicitation(&self) -> Option<&ElicitationHook> {
+        self.elicitation.as_ref()
     }
 
     /// What every tool of this server declares ([`McpServerConfig::capabilities`]).
@@ -401,6 +424,7 @@ impl fmt::Debug for McpServerConfig {
             .field("enable_tools", &self.enable_tools)
             .field("capabilities", &self.capabilities)
             .field("limits", &self.limits)
+            .field("elicitation", &self.elicitation.is_some())
             .finish()
     }
 }

@@ -16,12 +16,13 @@ use tokio::sync::Mutex;
 
 use super::IDEMPOTENCY_META_KEY;
 use super::guard::{self, FrameLimits, LIMIT_CODE, TOO_DEEP};
+use super::requests::Requests;
 use super::stderr;
 use super::{McpServerConfig, McpTransport, check_server_id, tool_name};
 use rein_core::tool::{EffectClass, SharedTool, Tool, ToolContext, ToolError};
 use rein_core::{BuildError, BuildErrorKind};
 
-type Service = RunningService<RoleClient, ()>;
+type Service = RunningService<RoleClient, Requests>;
 
 /// A live connection: the service, and the child process of a stdio server (killed
 /// when this is dropped).
@@ -77,10 +78,11 @@ impl Connection {
                     max_depth: self.config.mcp_limits().max_json_depth,
                 };
                 tokio::spawn(guard::relay(stdout, relay_end, limits, self.id.clone()));
-                let service =
-                    ().serve((reader, stdin))
-                        .await
-                        .map_err(|e| format!("MCP handshake failed: {e}"))?;
+                let service = self
+                    .requests()
+                    .serve((reader, stdin))
+                    .await
+                    .map_err(|e| format!("MCP handshake failed: {e}"))?;
                 Ok(Live {
                     service,
                     _child: Some(child),
@@ -104,16 +106,26 @@ impl Connection {
                 config.retry_config = Arc::new(NeverRetry::default());
                 crate::ensure_tls_provider();
                 let transport = StreamableHttpClientTransport::from_config(config);
-                let service =
-                    ().serve(transport)
-                        .await
-                        .map_err(|e| format!("cannot connect to `{url}`: {e}"))?;
+                let service = self
+                    .requests()
+                    .serve(transport)
+                    .await
+                    .map_err(|e| format!("cannot connect to `{url}`: {e}"))?;
                 Ok(Live {
                     service,
                     _child: None,
                 })
             }
             _ => Err("this transport is not supported by this client version".to_owned()),
+        }
+    }
+
+    /// What the client answers this server's requests with (see `requests`).
+    fn requests(&self) -> Requests {
+        Requests {
+            server: self.id.clone(),
+            label: self.config.tool_capabilities().result,
+            elicitation: self.config.elicitation().cloned(),
         }
     }
 

@@ -38,6 +38,11 @@
 //!   full pipe) and logged at `debug` (target `rein::mcp`) with each line cut to
 //!   [`STDERR_LINE_BYTES`] and at most [`STDERR_LINES_PER_SECOND`] lines a second: what
 //!   a server writes there never grows the agent's memory.
+//! - **Requests from the server:** a server's elicitations (it asks for input while its
+//!   tool runs) go to the handler declared with
+//!   [`McpServerConfig::on_elicitation`], as untrusted content; without one the client
+//!   does not advertise elicitation and declines any that arrives. Sampling is never
+//!   offered (refused) and `roots/list` answers an empty list. See [`Elicitation`].
 //! - **Shutdown:** the connection is shared by the agent, its subagents and clones; when
 //!   the last of them is dropped the connection closes and a stdio server's child process
 //!   is killed (it is also spawned with kill-on-drop).
@@ -46,6 +51,7 @@ mod build;
 pub use build::BuildAsync;
 mod client;
 mod guard;
+mod requests;
 mod stderr;
 
 /// The `_meta` key of every MCP tool call that carries the call's idempotency key
@@ -69,6 +75,7 @@ pub const STDERR_LINES_PER_SECOND: u32 = 64;
 pub use rein_core::mcp::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_LIST_BYTES,
     DEFAULT_MAX_LIST_PAGES, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_TOOLS, DEFAULT_TIMEOUT,
+    Elicitation, ElicitationDecision, ElicitationHandler, ElicitationHook, ElicitationKind,
     JSON_DEPTH_RANGE, MAX_MESSAGE_BYTES_CEILING, McpLimits, McpServerConfig, McpTransport,
     TOOL_PREFIX, check_server_id, tool_name,
 };

@@ -849,3 +849,5 @@ async fn dropping_the_last_agent_closes_the_servers_session(server: Server) {
     }
     assert!(closed(), "the session is still open: {}", observed.wire());
 }
+
+mod elicitation;
