@@ -404,9 +404,11 @@ per_engine_tests!(double_text:
 );
 
 /// Without a store: an interrupt in one process stops the running call at its next safe
-/// point, and the stream shows it before the outcome.
+/// point; the stream shows it before the outcome, and `PostCall` hooks and the audit
+/// file name the reason.
 #[tokio::test]
-async fn an_interrupt_in_one_process_stops_the_running_call_and_its_stream_says_so() {
+async fn an_interrupt_in_one_process_stops_the_running_call_and_its_stream_post_call_and_audit_say_so()
+ {
     use futures::StreamExt;
     let gate = Gate::default();
     let model = ScriptedModel::new([
@@ -415,7 +417,32 @@ async fn an_interrupt_in_one_process_stops_the_running_call_and_its_stream_says_
     ]);
     let mut tools = Toolkit::new();
     tools.register(gate.tool()).unwrap();
-    let agent = builder(&model).toolkit(tools).build().unwrap();
+    // The audit trail and a PostCall hook see why each call stopped.
+    let dir = crate::support::TempDir::new("double-text-audit");
+    let path = dir.path().join("audit.jsonl");
+    let audit = Arc::new(rein::hooks::AuditHook::new(
+        rein::hooks::AuditConfig {
+            enabled: true,
+            ..rein::hooks::AuditConfig::default()
+        },
+        rein::hooks::SensitiveDataMasker::default(),
+        Arc::new(rein::hooks::JsonlAuditSink::open(&path).unwrap()),
+    ));
+    let reasons = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&reasons);
+    let post_call = crate::support::FnHook::new("post-call", move |event| {
+        if let HookEvent::PostCall(e) = event {
+            seen.lock().unwrap().push(e.reason());
+        }
+        Ok(())
+    })
+    .on(EventKind::PostCall);
+    let agent = builder(&model)
+        .toolkit(tools)
+        .hook(Arc::clone(&audit))
+        .hook(post_call)
+        .build()
+        .unwrap();
     let mut stream = agent.stream(vec![Msg::user("from a")], session("p"));
     let events = Arc::new(Mutex::new(Vec::new()));
     let collected = {
@@ -453,6 +480,19 @@ async fn an_interrupt_in_one_process_stops_the_running_call_and_its_stream_says_
     );
     assert_eq!(newer.await.unwrap().unwrap().reply.text(), "b done");
     assert_memory_valid(&agent.messages(&key("p")).await);
+    assert_eq!(
+        *reasons.lock().unwrap(),
+        [StopReason::Interrupted, StopReason::Final],
+        "PostCall sees the interrupted call's reason"
+    );
+    audit.flush().await.unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let stops: Vec<String> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<rein::hooks::AuditRecord>(l).ok())
+        .filter_map(|r| r.stop_reason)
+        .collect();
+    assert_eq!(stops, ["interrupted", "final"], "{text}");
 }
 
 /// Without a store: one waiter more than `max_waiting` fails at once with `QueueFull`, a
