@@ -10,7 +10,9 @@ use super::leasing::HeldLease;
 use super::packed::Packed;
 use crate::store::{DynSessionStore, SessionKey, StoreError, StoreErrorKind, StoredSession};
 
-use crate::message::{ContentBlock, Msg, Role, ToolResult, ToolUse};
+use crate::message::{ContentBlock, Msg, ToolResult, ToolUse};
+
+mod records;
 
 /// One conversation as held in memory.
 #[derive(Debug, Default)]
@@ -344,102 +346,6 @@ impl CallMemory {
                 .position(|u| u.id == id)
         });
         self.started |= started_bit(position);
-    }
-
-    /// The last assistant message (the one whose tool uses are acting or pending).
-    fn last_assistant(&self) -> Option<&Msg> {
-        self.guard
-            .messages
-            .iter()
-            .rev()
-            .find(|m| m.role == Role::Assistant)
-    }
-
-    /// The journal entry of call `id` on the last assistant message.
-    pub(crate) fn entry(&self, id: &str) -> Result<Option<super::journal::Entry>, StoreError> {
-        let Some(msg) = self.last_assistant() else {
-            return Ok(None);
-        };
-        super::journal::entry(msg, id).map_err(|e| self.corrupt(e))
-    }
-
-    fn corrupt(&self, why: String) -> StoreError {
-        let text = format!("the session's effect journal is not valid: {why}");
-        match &self.persistence {
-            Some(p) => StoreError::with_kind(StoreErrorKind::Corrupt, &p.key, text),
-            None => StoreError::unkeyed(StoreErrorKind::Corrupt, text),
-        }
-    }
-
-    /// The last assistant message, to change in place (noted for the next save).
-    fn last_assistant_mut(&mut self) -> Option<&mut Msg> {
-        let index = self
-            .guard
-            .messages
-            .iter()
-            .rposition(|m| m.role == Role::Assistant)?;
-        self.guard.changed_at(index);
-        self.messages_mut().get_mut(index)
-    }
-
-    /// Writes the journal entry of call `id` on the last assistant message.
-    pub(crate) fn set_entry(&mut self, id: &str, entry: &super::journal::Entry) {
-        if let Some(msg) = self.last_assistant_mut() {
-            super::journal::set(msg, id, entry);
-        }
-    }
-
-    /// Sets a metadata value on the last assistant message (kept with the session).
-    pub(crate) fn set_last_metadata(&mut self, key: &str, value: serde_json::Value) {
-        if let Some(msg) = self.last_assistant_mut() {
-            msg.metadata.insert(key.to_owned(), value);
-        }
-    }
-
-    /// A metadata value of the last assistant message.
-    pub(crate) fn last_metadata(&self, key: &str) -> Option<&serde_json::Value> {
-        self.last_assistant().and_then(|m| m.metadata.get(key))
-    }
-
-    /// The session's budget record ([`BUDGET_KEY`](crate::budget::BUDGET_KEY)): the
-    /// newest one, on the last message that carries one.
-    pub(crate) fn budget_record(&self) -> Option<&serde_json::Value> {
-        self.guard
-            .messages
-            .iter()
-            .rev()
-            .find_map(|m| m.metadata.get(crate::budget::BUDGET_KEY))
-    }
-
-    /// Writes the session's budget record on the last assistant message or, while the
-    /// session has none (its first call, before the model answered), on its last
-    /// message: the call's input, so that the first request's reservation is saved too.
-    pub(crate) fn set_budget_record(&mut self, value: serde_json::Value) {
-        let messages = &self.guard.messages;
-        let Some(index) = messages
-            .iter()
-            .rposition(|m| m.role == Role::Assistant)
-            .or_else(|| messages.len().checked_sub(1))
-        else {
-            return;
-        };
-        self.guard.changed_at(index);
-        if let Some(msg) = self.messages_mut().get_mut(index) {
-            msg.metadata
-                .insert(crate::budget::BUDGET_KEY.to_owned(), value);
-        }
-    }
-
-    /// Pending tool uses that an earlier attempt journaled (claimed, settled or
-    /// suspended).
-    pub(crate) fn journaled_pending(&self) -> Result<Vec<ToolUse>, StoreError> {
-        let mut out = Vec::new();
-        for u in self.pending_tool_uses() {
-            if self.entry(&u.id)?.is_some() {
-                out.push(u);
-            }
-        }
-        Ok(out)
     }
 
     /// Saves the conversation now, in the middle of the call (a journal claim or
