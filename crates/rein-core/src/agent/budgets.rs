@@ -14,13 +14,14 @@ use super::stream::AgentEvent;
 use super::{AgentInner, CallOutcome};
 use crate::budget::{
     BUDGET_KEY, Budget, BudgetExhausted, BudgetScope, Ledger, Prices, SPEND_KEY, Spend, Tokens,
-    estimate_tokens, session_record, stored_spend,
+    estimate_tokens, session_record, spend_record, stored_spend,
 };
 use crate::context::{RunContext, StopReason};
 use crate::error::Error;
 use crate::hook::{Decision, DecisionKind, EventKind};
 use crate::message::{ContentBlock, Msg};
 use crate::model::ModelRequest;
+use crate::tool::ToolSchema;
 
 impl<S> AgentBuilder<S> {
     /// A budget for every call of this agent (see [`crate::budget`]): tokens, cost,
@@ -62,6 +63,9 @@ impl<S> AgentBuilder<S> {
 pub(super) struct Ledgers {
     pub(super) own: Arc<Ledger>,
     pub(super) session: Option<Arc<Ledger>>,
+    /// The bytes of the last request's tool schemas, by the schemas' allocation: a
+    /// call's requests usually share one list, walked once.
+    schema_bytes: Option<(Arc<[ToolSchema]>, usize)>,
 }
 
 impl AgentInner {
@@ -99,7 +103,11 @@ impl AgentInner {
             session.clone().or(parent),
             path,
         );
-        Some(Ledgers { own, session })
+        Some(Ledgers {
+            own,
+            session,
+            schema_bytes: None,
+        })
     }
 }
 
@@ -128,7 +136,18 @@ impl Call<'_> {
                 .unwrap_or_else(|| self.agent.model.name());
             p.get(model).copied()
         });
-        let estimate = estimate_tokens(request_bytes(&request));
+        let schemas = match self.ledgers.as_mut().and_then(|l| l.schema_bytes.as_ref()) {
+            Some((tools, n)) if Arc::ptr_eq(tools, &request.tools) => *n,
+            _ => {
+                let n = schema_bytes(&request.tools);
+                if let Some(l) = self.ledgers.as_mut() {
+                    l.schema_bytes = Some((Arc::clone(&request.tools), n));
+                }
+                n
+            }
+        };
+        let messages: usize = request.messages.iter().map(message_bytes).sum();
+        let estimate = estimate_tokens(messages + schemas);
         let cap =
             match ledger.admit_model_call(estimate, request.options.max_tokens, price.as_ref()) {
                 Ok(cap) => cap,
@@ -287,11 +306,11 @@ impl Call<'_> {
         };
         let spend = ledgers.own.spent();
         let remaining = ledgers.own.remaining();
-        outcome.reply.metadata.insert(
-            SPEND_KEY.to_owned(),
-            serde_json::json!({ "spent": &spend, "remaining": &remaining }),
-        );
-        outcome.spend_by_agent = ledgers.own.spent_by_agent().into_iter().collect();
+        outcome
+            .reply
+            .metadata
+            .insert(SPEND_KEY.to_owned(), spend_record(&spend, &remaining));
+        outcome.spend_by_agent = ledgers.own.spent_by_agent();
         outcome.spend = Some(spend);
         outcome.remaining = Some(Box::new(remaining));
     }
@@ -301,13 +320,15 @@ impl Call<'_> {
 /// results, and the tool schemas, counted without serializing (the check runs before
 /// every model call).
 pub(super) fn request_bytes(request: &ModelRequest) -> usize {
-    let messages: usize = request.messages.iter().map(message_bytes).sum();
-    let tools: usize = request
-        .tools
+    request.messages.iter().map(message_bytes).sum::<usize>() + schema_bytes(&request.tools)
+}
+
+/// The bytes of text in `tools`' names, descriptions and parameter schemas.
+fn schema_bytes(tools: &[ToolSchema]) -> usize {
+    tools
         .iter()
         .map(|t| t.name.len() + t.description.len() + json_bytes(&t.parameters))
-        .sum();
-    messages + tools
+        .sum()
 }
 
 /// The bytes of text in `msg` (see [`request_bytes`]).

@@ -91,16 +91,16 @@ impl Ledger {
 
     /// What this ledger spent by agent path: its own agent's calls first, then each
     /// agent below that was charged, in the order they were first charged.
-    pub(crate) fn spent_by_agent(&self) -> IndexMap<String, Spend> {
+    pub(crate) fn spent_by_agent(&self) -> Vec<(String, Spend)> {
         let s = self.lock();
         let mut own = s.spent.clone();
         for other in s.by_agent.values() {
             own.subtract(other);
         }
-        let mut out = IndexMap::with_capacity(1 + s.by_agent.len());
-        out.insert(self.agent.clone(), own);
+        let mut out = Vec::with_capacity(1 + s.by_agent.len());
+        out.push((self.agent.clone(), own));
         for (agent, spend) in &s.by_agent {
-            out.insert(agent.clone(), spend.clone());
+            out.push((agent.clone(), spend.clone()));
         }
         out
     }
@@ -374,26 +374,6 @@ pub(crate) fn estimate_tokens(bytes: usize) -> u64 {
     (bytes as u64).div_ceil(BYTES_PER_TOKEN)
 }
 
-/// A session's stored record: what it spent and what was reserved (both count).
-pub(crate) fn stored_spend(value: &serde_json::Value) -> Spend {
-    let mut total: Spend = value
-        .get("spent")
-        .and_then(|v| serde_json::from_value(v.clone()).ok())
-        .unwrap_or_default();
-    if let Some(r) = value
-        .get("reserved")
-        .and_then(|v| serde_json::from_value::<Spend>(v.clone()).ok())
-    {
-        total.add(&r);
-    }
-    total
-}
-
-/// The session record of `spent` and `reserved`.
-pub(crate) fn session_record(spent: &Spend, reserved: &Spend) -> serde_json::Value {
-    serde_json::json!({ "spent": spent, "reserved": reserved })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -546,9 +526,10 @@ mod tests {
         child.settle_model_call(1, cap, t(7, 3), None);
         child.admit_tool_call("search").unwrap();
         let by = parent.spent_by_agent();
-        assert_eq!(by.keys().collect::<Vec<_>>(), ["top", "top/b"]);
-        assert_eq!((by["top"].input_tokens, by["top"].tool_calls), (10, 0));
-        assert_eq!((by["top/b"].input_tokens, by["top/b"].tool_calls), (7, 1));
+        let paths: Vec<&str> = by.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(paths, ["top", "top/b"]);
+        assert_eq!((by[0].1.input_tokens, by[0].1.tool_calls), (10, 0));
+        assert_eq!((by[1].1.input_tokens, by[1].1.tool_calls), (7, 1));
         assert_eq!(parent.spent().input_tokens, 17);
         assert_eq!(child.spent_by_agent().len(), 1);
     }

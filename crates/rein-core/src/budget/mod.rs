@@ -54,13 +54,17 @@ use serde::{Deserialize, Serialize};
 
 /// Metadata key of the budget record: on a reply that stopped for a budget (the budget
 /// that ran out: `{"kind", "scope", "limit", "used"}`), and on a session's last
-/// assistant message (what the session spent: `{"spent": {...}, "reserved": {...}}`).
+/// assistant message (what the session spent: `{"spent": Spend, "reserved": Spend}`,
+/// `reserved` only while a request is in flight; each [`Spend`] lists its non-zero
+/// fields, and deserializes back whole since a missing field is zero).
 pub const BUDGET_KEY: &str = "rein.budget";
 
 /// Metadata key of what a call with budgets spent and has left, on the reply it returns
 /// ([`CallOutcome::reply`](crate::CallOutcome::reply); not stored with the session):
 /// `{"spent": Spend, "remaining": Budget}` — [`CallOutcome::spend`](crate::CallOutcome::spend)
-/// and [`CallOutcome::remaining`](crate::CallOutcome::remaining) as JSON.
+/// and [`CallOutcome::remaining`](crate::CallOutcome::remaining) as JSON, with only the
+/// non-zero fields of the spend and the limits that are set (a used-up limit is `0`).
+/// Both deserialize back to the same values: a missing field is zero or unset.
 pub const SPEND_KEY: &str = "rein.spend";
 
 /// How many bytes of request text the pre-request estimate counts as one token (4: a
@@ -480,4 +484,7 @@ impl std::fmt::Display for BudgetExhausted {
 
 mod ledger;
 
-pub(crate) use ledger::{Ledger, Tokens, estimate_tokens, session_record, stored_spend};
+mod record;
+
+pub(crate) use ledger::{Ledger, Tokens, estimate_tokens};
+pub(crate) use record::{session_record, spend_record, stored_spend};
