@@ -75,7 +75,8 @@ pub struct HooksConfig {
     /// still fails its build. Default: none.
     pub agents: std::collections::BTreeMap<String, AgentSection>,
     /// Budgets and prices for the agent ([`rein_core::budget`]), applied by
-    /// [`Hooks::install`] as `AgentBuilder::call_budget`, `session_budget` and `prices`.
+    /// [`Hooks::install`] as `AgentBuilder::call_budget`, `session_budget`, `user_budget`
+    /// and `prices`.
     /// Default: none.
     pub budgets: BudgetsConfig,
 }
@@ -91,6 +92,9 @@ pub struct BudgetsConfig {
     pub call: Option<rein_core::Budget>,
     /// The session's budget, across calls and replicas.
     pub session: Option<rein_core::Budget>,
+    /// Each user's budget, across its sessions and replicas (tokens, cost and model
+    /// calls: `AgentBuilder::user_budget`).
+    pub user: Option<rein_core::Budget>,
     /// Model prices, per million tokens, for cost budgets.
     pub prices: Option<rein_core::Prices>,
 }
@@ -105,11 +109,16 @@ impl BudgetsConfig {
         for (budget, key) in [
             (&self.call, "budgets.call"),
             (&self.session, "budgets.session"),
+            (&self.user, "budgets.user"),
         ] {
             if let Some(b) = budget {
                 b.validate(key)
                     .map_err(|m| BuildError::invalid_config(key, m))?;
             }
+        }
+        if let Some(b) = &self.user {
+            b.validate_user("budgets.user")
+                .map_err(|m| BuildError::invalid_config("budgets.user", m))?;
         }
         if let Some(p) = &self.prices {
             p.validate()
@@ -234,6 +243,9 @@ impl Hooks {
         }
         if let Some(budget) = &self.budgets.session {
             b = b.session_budget(budget.clone());
+        }
+        if let Some(budget) = &self.budgets.user {
+            b = b.user_budget(budget.clone());
         }
         if let Some(prices) = &self.budgets.prices {
             b = b.prices(prices.clone());

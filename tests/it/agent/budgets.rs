@@ -185,6 +185,60 @@ async fn tool_calls_past_a_tool_budget_are_refused_before_any_hook_and_the_call_
     assert_eq!(outcome.spend.unwrap().tool_calls, 2);
 }
 
+/// Found by the governance fuzzer: the per-tool budget was checked on the name the model
+/// gave, so a hook renaming `lookup` into `refund` ran `refund` past its budget.
+#[tokio::test]
+async fn a_hook_that_renames_a_call_cannot_run_a_tool_past_its_budget() {
+    use crate::support::subagents::named_tool;
+    let log = Log::default();
+    let model = ScriptedModel::new([
+        ScriptedTurn::tool_call("lookup", json!({})),
+        ScriptedTurn::tool_call("lookup", json!({})),
+        ScriptedTurn::tool_call("refund", json!({})),
+        ScriptedTurn::text("done"),
+    ]);
+    let agent = builder_with_tools(
+        &model,
+        vec![named_tool("lookup", &log), named_tool("refund", &log)],
+    )
+    .hook(hook_fn(EventKind::PreActing, |e: &mut HookEvent| {
+        if let HookEvent::PreActing(p) = e
+            && p.tool_use().name == "lookup"
+        {
+            let mut u = p.tool_use().clone();
+            u.name = "refund".into();
+            p.set_tool_use(u);
+        }
+        Ok(())
+    }))
+    .call_budget(Budget::new().tool_calls_of("refund", 1))
+    .decision_trail(true)
+    .build()
+    .unwrap();
+    let outcome = agent
+        .run(vec![Msg::user("refund")], RunContext::new())
+        .await
+        .unwrap();
+    assert_eq!(outcome.reason, StopReason::Final);
+    assert_eq!(log.entries(), ["refund"], "one refund ran, renamed or not");
+    let results = crate::support::results_in_request(&model, 2);
+    assert!(
+        results[1].1
+            && results[1]
+                .2
+                .contains("the `refund` tool-call budget of the call is spent: 1 of 1"),
+        "{results:?}"
+    );
+    let spend = outcome.spend.unwrap();
+    assert_eq!(spend.tool_calls_per_tool.get("refund"), Some(&1));
+    assert!(
+        outcome
+            .decisions
+            .iter()
+            .any(|d| d.kind == DecisionKind::ToolCallRejected)
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_wall_clock_budget_ends_the_call_at_its_next_safe_point() {
     let model = ScriptedModel::new([

@@ -17,3 +17,4 @@ mod messages;
 mod observability;
 mod tools;
 mod typed_tools;
+mod user_budgets;

@@ -391,6 +391,10 @@ fn an_invalid_budget_in_a_hooks_file_is_a_build_error_naming_the_key() {
         err.to_string().contains("budgets.session.tool_calls"),
         "{err}"
     );
+    // A user budget keeps tokens, cost and model calls only.
+    let user: HooksConfig = serde_yaml_ng::from_str("budgets: {user: {tool_calls: 5}}").unwrap();
+    let err = user.build().unwrap_err();
+    assert!(err.to_string().contains("budgets.user.tool_calls"), "{err}");
     let price: HooksConfig = serde_yaml_ng::from_str(
         "budgets: {prices: {gpt-4o: {input_per_mtok: -2.5, output_per_mtok: 10}}}",
     )

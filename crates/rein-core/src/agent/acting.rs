@@ -261,6 +261,22 @@ impl Call<'_> {
                 );
                 e.denial = Some(crate::hook::Denial { hook: None, reason });
             }
+            // A rename makes it another tool's call: that tool's budget decides.
+            if e.changed
+                && e.denial.is_none()
+                && let Some(from) = e.original.as_ref().map(|o| o.name.as_str())
+                && from != e.tool_use.name
+                && let Some((reason, status)) = self.retarget_tool_budget(from, &e.tool_use.name)
+            {
+                self.note_runtime(
+                    DecisionKind::ToolCallRejected,
+                    "tool_use",
+                    status,
+                    &reason,
+                    &e.tool_use.id,
+                );
+                e.denial = Some(crate::hook::Denial { hook: None, reason });
+            }
             if e.changed {
                 memory.update_tool_use(&e.tool_use);
             }

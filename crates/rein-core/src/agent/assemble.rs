@@ -222,6 +222,14 @@ impl<S> AgentBuilder<S> {
                     .map_err(|e| BuildError::invalid_hook(&entry.name, e.to_string()))?;
             }
         }
+        // Without a session store a user's budget holds in this agent's own.
+        let user_budget = c.user_budget.map(|b| {
+            let store = c.store.clone().unwrap_or_else(|| {
+                Arc::new(crate::store::InMemorySessionStore::new())
+                    as Arc<dyn crate::store::DynSessionStore>
+            });
+            (b, store)
+        });
         Ok(Agent {
             inner: Arc::new(AgentInner {
                 info,
@@ -254,6 +262,7 @@ impl<S> AgentBuilder<S> {
                 window,
                 call_budget: c.call_budget,
                 session_budget: c.session_budget,
+                user_budget,
                 prices: c.prices,
             }),
         })
@@ -327,6 +336,7 @@ fn check_budgets(c: &AgentConfig) -> Result<(), BuildError> {
     let budgets = [
         c.call_budget.as_ref().map(|(b, _)| (b, "call_budget")),
         c.session_budget.as_ref().map(|b| (b, "session_budget")),
+        c.user_budget.as_ref().map(|b| (b, "user_budget")),
     ];
     for (b, key) in budgets.into_iter().flatten() {
         b.validate(key)
@@ -347,6 +357,10 @@ fn check_budgets(c: &AgentConfig) -> Result<(), BuildError> {
                 ));
             }
         }
+    }
+    if let Some(b) = &c.user_budget {
+        b.validate_user("user_budget")
+            .map_err(|m| BuildError::invalid_config("user_budget", m))?;
     }
     if let Some(p) = &c.prices {
         p.validate()

@@ -14,13 +14,14 @@ use super::stream::AgentEvent;
 use super::{AgentInner, CallOutcome};
 use crate::budget::{
     BUDGET_KEY, Budget, BudgetExhausted, BudgetScope, Ledger, Prices, SPEND_KEY, Spend, Tokens,
-    estimate_tokens, session_record, spend_record, stored_spend,
+    USER_BUDGET_SESSION, UserBook, estimate_tokens, session_record, spend_record, stored_spend,
 };
 use crate::context::{RunContext, StopReason};
 use crate::error::Error;
 use crate::hook::{Decision, DecisionKind, EventKind};
 use crate::message::{ContentBlock, Msg};
 use crate::model::ModelRequest;
+use crate::store::SessionKey;
 use crate::tool::ToolSchema;
 
 impl<S> AgentBuilder<S> {
@@ -44,6 +45,25 @@ impl<S> AgentBuilder<S> {
     /// [`AgentBuilder::call_budget`]'s, naming `session_budget`.
     pub fn session_budget(mut self, budget: Budget) -> Self {
         self.config.session_budget = Some(budget);
+        self
+    }
+
+    /// A budget for each user (the [`RunContext::user_id`] of a call; calls without one
+    /// share the budget of the anonymous user) across all its sessions, calls and
+    /// subagents, and across every replica sharing the session store: tokens, cost and
+    /// model calls (see [`crate::budget`]). The user's record is kept in the session
+    /// store under the reserved session [`USER_BUDGET_SESSION`](crate::budget::USER_BUDGET_SESSION)
+    /// and changed only by versioned saves, so replicas never double-spend it; without a
+    /// session store it holds in this agent. Every model request then reads and saves
+    /// that record before it is sent and after it answered (two store round trips
+    /// each). Default: none.
+    ///
+    /// # Errors (at `build()`)
+    /// As [`AgentBuilder::call_budget`]'s, naming `user_budget`; and
+    /// `user_budget.tool_calls`, `.tool_calls_per_tool` or `.wall_clock_ms` (not limits
+    /// a user budget keeps: use a call or session budget).
+    pub fn user_budget(mut self, budget: Budget) -> Self {
+        self.config.user_budget = Some(budget);
         self
     }
 
@@ -73,14 +93,27 @@ impl AgentInner {
     /// one of the calls that delegated to it): chained innermost first, so every charge
     /// reaches every budget above.
     pub(super) fn ledgers(&self, ctx: &RunContext, memory: &CallMemory) -> Option<Ledgers> {
-        let parent = ctx.ledger().cloned();
-        if parent.is_none() && self.call_budget.is_none() && self.session_budget.is_none() {
+        let mut parent = ctx.ledger().cloned();
+        if parent.is_none()
+            && self.call_budget.is_none()
+            && self.session_budget.is_none()
+            && self.user_budget.is_none()
+        {
             return None;
+        }
+        // A top-level call's user budget is the top of its chain (a subagent's call
+        // reaches it through the delegating call's).
+        if parent.is_none()
+            && let Some((limits, store)) = &self.user_budget
+        {
+            let key = SessionKey::new(ctx.user_id(), USER_BUDGET_SESSION);
+            let book = UserBook::new(Arc::clone(store), key);
+            parent = Some(Ledger::user(limits.clone(), book, self.info.name.clone()));
         }
         // Agent paths from the top-level agent, as decisions and stream events name them.
         let path = match &parent {
-            Some(p) => format!("{}/{}", p.agent(), self.info.name),
-            None => self.info.name.clone(),
+            Some(p) if ctx.ledger().is_some() => format!("{}/{}", p.agent(), self.info.name),
+            _ => self.info.name.clone(),
         };
         let session = self.session_budget.as_ref().map(|b| {
             let spent = memory.budget_record().map(stored_spend).unwrap_or_default();
@@ -148,14 +181,33 @@ impl Call<'_> {
         };
         let messages: usize = request.messages.iter().map(message_bytes).sum();
         let estimate = estimate_tokens(messages + schemas);
-        let cap =
-            match ledger.admit_model_call(estimate, request.options.max_tokens, price.as_ref()) {
-                Ok(cap) => cap,
-                Err(e) => {
-                    self.exhausted = Some(Box::new(e));
-                    return Ok(None);
-                }
-            };
+        let user = ledger.user_book();
+        let turn = match &user {
+            Some((book, _)) => Some(book.turn().await),
+            None => None,
+        };
+        let admitted = match &user {
+            None => ledger.admit_model_call(estimate, request.options.max_tokens, price.as_ref()),
+            Some((book, mirror)) => {
+                reserve_for_user(
+                    &ledger,
+                    book,
+                    mirror,
+                    estimate,
+                    request.options.max_tokens,
+                    price.as_ref(),
+                )
+                .await?
+            }
+        };
+        drop(turn);
+        let cap = match admitted {
+            Ok(cap) => cap,
+            Err(e) => {
+                self.exhausted = Some(Box::new(e));
+                return Ok(None);
+            }
+        };
         if cap.is_some() {
             request.options.max_tokens = cap;
         }
@@ -183,7 +235,31 @@ impl Call<'_> {
                 ..Tokens::default()
             },
         };
-        ledger.settle_model_call(estimate, cap, used, price.as_ref());
+        let Some((book, _)) = &user else {
+            ledger.settle_model_call(estimate, cap, used, price.as_ref());
+            return result.map(Some);
+        };
+        {
+            let _turn = book.turn().await;
+            ledger.settle_model_call(estimate, cap, used, price.as_ref());
+            let worst = Ledger::worst_case(estimate, cap, price.as_ref());
+            let charge = Ledger::charge_of(used, price.as_ref());
+            let settled = book
+                .update(|spent, reserved| {
+                    reserved.subtract(&worst);
+                    spent.add(&charge);
+                })
+                .await;
+            // On failure the reservation stays charged in the record: never a lost charge.
+            if let Err(e) = settled {
+                tracing::error!(
+                    target: "rein::budget",
+                    error = %e,
+                    "saving what a request used to the user's budget record failed; its \
+                     reservation stays charged"
+                );
+            }
+        }
         result.map(Some)
     }
 
@@ -194,6 +270,23 @@ impl Call<'_> {
             Ok(()) => None,
             Err(e) => Some((
                 format!("Tool call `{tool}` was not executed: {e}"),
+                "budget_exhausted",
+            )),
+        }
+    }
+
+    /// A hook renamed an admitted call from `from` to `to`: within `to`'s per-tool
+    /// budgets its charge moves there, or why it must not run.
+    pub(super) fn retarget_tool_budget(
+        &self,
+        from: &str,
+        to: &str,
+    ) -> Option<(String, &'static str)> {
+        let ledgers = self.ledgers.as_ref()?;
+        match ledgers.own.retarget_tool_call(from, to) {
+            Ok(()) => None,
+            Err(e) => Some((
+                format!("Tool call `{to}` (renamed from `{from}` by a hook) was not executed: {e}"),
                 "budget_exhausted",
             )),
         }
@@ -368,4 +461,45 @@ fn json_bytes(v: &serde_json::Value) -> usize {
         }
     }
     walk(v, 0)
+}
+
+/// Admits a model request against a user's stored budget record (see
+/// [`crate::budget::UserBook`]): mirrors the record into the user's ledger, admits the
+/// request on the whole chain, and saves the reservation over the version read; a save
+/// that lost to another replica's takes the reservation back and tries again.
+async fn reserve_for_user(
+    ledger: &Arc<Ledger>,
+    book: &UserBook,
+    mirror: &Ledger,
+    estimate: u64,
+    max_tokens: Option<u32>,
+    price: Option<&crate::budget::ModelPrice>,
+) -> Result<Result<Option<u32>, BudgetExhausted>, Error> {
+    let mut attempt = 0;
+    loop {
+        let at = book.read().await.map_err(Error::store)?;
+        mirror.mirror(&at.spent, &at.reserved);
+        let cap = match ledger.admit_model_call(estimate, max_tokens, price) {
+            Ok(cap) => cap,
+            Err(e) => return Ok(Err(e)),
+        };
+        let worst = Ledger::worst_case(estimate, cap, price);
+        let mut reserved = at.reserved.clone();
+        reserved.add(&worst);
+        let saved = book.write(&at, &at.spent, &reserved).await;
+        match saved {
+            Ok(true) => return Ok(Ok(cap)),
+            Ok(false) => {
+                ledger.cancel_model_call(&worst);
+                if !book.retry(attempt).await {
+                    return Err(Error::store(book.contended()));
+                }
+                attempt += 1;
+            }
+            Err(e) => {
+                ledger.cancel_model_call(&worst);
+                return Err(Error::store(e));
+            }
+        }
+    }
 }

@@ -70,6 +70,8 @@ pub(crate) struct AgentConfig {
     pub(crate) call_budget: Option<(Budget, BudgetScope)>,
     /// The session's budget, kept with the session.
     pub(crate) session_budget: Option<Budget>,
+    /// The budget of each user across its sessions, kept in the store.
+    pub(crate) user_budget: Option<Budget>,
     /// What the models cost (for cost budgets).
     pub(crate) prices: Option<Arc<Prices>>,
     /// Tools held for subagents only: never offered to this agent's model, granted to
@@ -124,6 +126,7 @@ impl Default for AgentConfig {
             stream_filters: Vec::new(),
             call_budget: None,
             session_budget: None,
+            user_budget: None,
             prices: None,
             subagent_tools: Toolkit::new(),
             context_window: None,
@@ -203,6 +206,8 @@ impl AgentConfig {
             // context); a declaration may add a slice of its own.
             call_budget: None,
             session_budget: None,
+            // The top-level call's user budget is in the chain a child draws from.
+            user_budget: None,
             prices: self.prices.clone(),
             // A child gets the held tools through its parent's template, like any.
             subagent_tools: Toolkit::new(),

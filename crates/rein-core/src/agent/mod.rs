@@ -252,6 +252,12 @@ pub(crate) struct AgentInner {
     pub(crate) call_budget: Option<(crate::budget::Budget, crate::budget::BudgetScope)>,
     /// The session's budget ([`AgentBuilder::session_budget`]).
     pub(crate) session_budget: Option<crate::budget::Budget>,
+    /// Each user's budget and the store its records live in (the agent's, else one
+    /// of its own) ([`AgentBuilder::user_budget`]).
+    pub(crate) user_budget: Option<(
+        crate::budget::Budget,
+        Arc<dyn crate::store::DynSessionStore>,
+    )>,
     /// Model prices ([`AgentBuilder::prices`]).
     pub(crate) prices: Option<Arc<crate::budget::Prices>>,
     /// How structured-output calls ask for their answer ([`AgentBuilder::output_mode`]).

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use indexmap::IndexMap;
 use tokio::time::Instant;
 
+use super::user::UserBook;
 use super::{BYTES_PER_TOKEN, Budget, BudgetExhausted, BudgetKind, BudgetScope, ModelPrice, Spend};
 
 /// One budget being drawn from: its limits, what it spent, and the budget above it.
@@ -19,6 +20,8 @@ pub(crate) struct Ledger {
     started: Instant,
     /// The agent path of the call drawing from this ledger (`support/billing`).
     agent: String,
+    /// For a user's budget: its stored record, the truth this ledger mirrors.
+    book: Option<Arc<UserBook>>,
 }
 
 #[derive(Debug, Default)]
@@ -61,7 +64,40 @@ impl Ledger {
             parent,
             started: Instant::now(),
             agent,
+            book: None,
         })
+    }
+
+    /// The ledger of a user's budget, mirroring its stored record (`book`); the top of
+    /// its chain.
+    pub(crate) fn user(limits: Budget, book: UserBook, agent: String) -> Arc<Self> {
+        Arc::new(Self {
+            scope: BudgetScope::User,
+            limits,
+            state: Mutex::new(LedgerState::default()),
+            parent: None,
+            started: Instant::now(),
+            agent,
+            book: Some(Arc::new(book)),
+        })
+    }
+
+    /// The user's budget record above this ledger, if a user budget applies.
+    pub(crate) fn user_book(self: &Arc<Self>) -> Option<(Arc<UserBook>, &Ledger)> {
+        self.chain()
+            .find_map(|l| l.book.as_ref().map(|b| (Arc::clone(b), l)))
+    }
+
+    /// Mirrors a user's stored record: everything spent or reserved by anyone, with
+    /// this ledger's own reservations (already in the record) kept apart.
+    pub(crate) fn mirror(&self, spent: &Spend, reserved: &Spend) {
+        let mut s = self.lock();
+        let mut total = spent.clone();
+        total.add(reserved);
+        total.subtract(&s.reserved);
+        // Wall clock is not a sum of parts: a user's record keeps none.
+        total.wall_clock_ms = 0;
+        s.spent = total;
     }
 
     /// The agent path of the calls drawing from this ledger.
@@ -255,17 +291,47 @@ impl Ledger {
             }
         }
         let cap32 = cap.map(|c| u32::try_from(c).unwrap_or(u32::MAX));
-        let worst = Spend {
-            input_tokens: input,
-            output_tokens: cap.unwrap_or(0),
-            cost: price.map_or(0.0, |p| p.worst_cost(input, cap.unwrap_or(0))),
-            model_calls: 1,
-            ..Spend::default()
-        };
+        let worst = Self::worst_case(input, cap32, price);
         for l in self.chain() {
             l.lock().reserved.add(&worst);
         }
         Ok(cap32)
+    }
+
+    /// What [`Ledger::admit_model_call`] reserves for a request estimated at `input`
+    /// prompt tokens sent with `cap`.
+    pub(crate) fn worst_case(input: u64, cap: Option<u32>, price: Option<&ModelPrice>) -> Spend {
+        let out = cap.map_or(0, u64::from);
+        Spend {
+            input_tokens: input,
+            output_tokens: out,
+            cost: price.map_or(0.0, |p| p.worst_cost(input, out)),
+            model_calls: 1,
+            ..Spend::default()
+        }
+    }
+
+    /// What [`Ledger::settle_model_call`] charges for a request that `used` this.
+    pub(crate) fn charge_of(used: Tokens, price: Option<&ModelPrice>) -> Spend {
+        Spend {
+            input_tokens: used.input,
+            output_tokens: used.output,
+            cached_input_tokens: used.cached_input.min(used.input),
+            reasoning_tokens: used.reasoning.min(used.output),
+            cost: price.map_or(0.0, |p| {
+                p.cost(used.input, used.cached_input, used.output, used.reasoning)
+            }),
+            model_calls: 1,
+            ..Spend::default()
+        }
+    }
+
+    /// Takes back a reservation of [`Ledger::admit_model_call`] for a request that was
+    /// never sent.
+    pub(crate) fn cancel_model_call(self: &Arc<Self>, worst: &Spend) {
+        for l in self.chain() {
+            l.lock().reserved.subtract(worst);
+        }
     }
 
     /// Settles the request admitted with [`Ledger::admit_model_call`]: its reservation is
@@ -278,17 +344,7 @@ impl Ledger {
         price: Option<&ModelPrice>,
     ) {
         let cap = cap.map_or(0, u64::from);
-        let charge = Spend {
-            input_tokens: used.input,
-            output_tokens: used.output,
-            cached_input_tokens: used.cached_input.min(used.input),
-            reasoning_tokens: used.reasoning.min(used.output),
-            cost: price.map_or(0.0, |p| {
-                p.cost(used.input, used.cached_input, used.output, used.reasoning)
-            }),
-            model_calls: 1,
-            ..Spend::default()
-        };
+        let charge = Self::charge_of(used, price);
         for l in self.chain() {
             let mut s = l.lock();
             let r = &mut s.reserved;
@@ -356,6 +412,52 @@ impl Ledger {
                     None => s.by_agent.entry(self.agent.clone()).or_default(),
                 };
                 spend.add_tool_call(tool, counted);
+            }
+        }
+        Ok(())
+    }
+
+    /// A hook renamed an admitted call from `from` to `to`: the call must fit `to`'s
+    /// per-tool budgets, and its per-tool charge moves from `from` to `to` (the total
+    /// tool-call charge stays). On `Err` nothing changes and the call must not run.
+    pub(crate) fn retarget_tool_call(
+        self: &Arc<Self>,
+        from: &str,
+        to: &str,
+    ) -> Result<(), BudgetExhausted> {
+        for l in self.chain() {
+            if let Some(limit) = l.limits.tool_calls_per_tool.get(to) {
+                let n = l
+                    .lock()
+                    .spent
+                    .tool_calls_per_tool
+                    .get(to)
+                    .copied()
+                    .unwrap_or(0);
+                if n >= *limit {
+                    return Err(l.exhausted(
+                        BudgetKind::ToolCallsOf(to.to_owned()),
+                        *limit as f64,
+                        n as f64,
+                    ));
+                }
+            }
+        }
+        let limited = |tool: &str| {
+            self.chain()
+                .any(|l| l.limits.tool_calls_per_tool.contains_key(tool))
+        };
+        let (was, now) = (limited(from), limited(to));
+        if !was && !now {
+            return Ok(());
+        }
+        for l in self.chain() {
+            let mut s = l.lock();
+            s.spent.move_tool_call(from, to, was, now);
+            if l.agent != self.agent
+                && let Some(spend) = s.by_agent.get_mut(&self.agent)
+            {
+                spend.move_tool_call(from, to, was, now);
             }
         }
         Ok(())
@@ -508,6 +610,25 @@ mod tests {
         assert_eq!(left.input_tokens, None);
         let top = parent.remaining();
         assert_eq!((top.model_calls, top.tool_calls), (Some(2), Some(9)));
+    }
+
+    #[test]
+    fn a_renamed_call_is_charged_to_the_tool_it_became_and_refused_past_its_limit() {
+        let l = ledger(Budget::new().tool_calls_of("refund", 1));
+        l.admit_tool_call("lookup").unwrap();
+        l.retarget_tool_call("lookup", "refund").unwrap();
+        let spent = l.spent();
+        assert_eq!(spent.tool_calls, 1);
+        assert_eq!(spent.tool_calls_per_tool.get("refund"), Some(&1));
+        l.admit_tool_call("lookup").unwrap();
+        let e = l.retarget_tool_call("lookup", "refund").unwrap_err();
+        assert_eq!(e.kind, BudgetKind::ToolCallsOf("refund".into()));
+        // Renamed away from a limited tool, the charge leaves it.
+        l.admit_tool_call("refund").unwrap_err();
+        let m = ledger(Budget::new().tool_calls_of("refund", 1));
+        m.admit_tool_call("refund").unwrap();
+        m.retarget_tool_call("refund", "lookup").unwrap();
+        m.admit_tool_call("refund").unwrap();
     }
 
     #[test]

@@ -19,7 +19,9 @@
 //!   total budgets and to what the cost left pays for after the input.
 //! - **Tool calls** past a tool-call budget (in total or for that tool) are refused at
 //!   admission, before any hook sees them: the model reads an error result saying the
-//!   budget is spent, and the call goes on.
+//!   budget is spent, and the call goes on. A call a `PreActing` hook renames is checked
+//!   again after the hooks, against the per-tool budget of the tool it became (and
+//!   charged to it), so a rename cannot run a tool past its budget.
 //! - **Time.** The wall-clock budget is checked at the loop's safe points (before every
 //!   model call and every tool batch): the call ends at the first one past the budget.
 //!
@@ -46,6 +48,21 @@
 //! session's first request included, and replaced by the actual charge after: a replica
 //! that crashes after the model answered leaves its reservation charged, never a lost
 //! charge. The record is the runtime's: one in a call's input is removed on admission.
+//!
+//! # User budgets across sessions and replicas
+//! A user budget ([`AgentBuilder::user_budget`](crate::AgentBuilder::user_budget)) caps
+//! tokens, cost and model calls of everything one user (the call's
+//! [`RunContext::user_id`](crate::RunContext::user_id); calls without one share the
+//! anonymous user's) spends, in any session, on any replica sharing the session store.
+//! Its record (`{"spent", "reserved"}`) is a one-message session of the user under the
+//! reserved id [`USER_BUDGET_SESSION`], changed only by versioned saves: before a
+//! request is sent, the runtime reads the record, checks the request's worst case
+//! against what is left, and saves the reservation at the version it read — if another
+//! replica saved first, it reads again and checks again. After the request, the
+//! reservation is replaced by what it used the same way. The same bound as above holds
+//! across replicas, and a replica that dies with a request in flight leaves its
+//! reservation charged (never a lost charge; the record only over-counts). Each request
+//! then costs two reads and two saves of the record.
 
 use std::time::Duration;
 
@@ -89,9 +106,11 @@ pub struct Budget {
     pub cost: Option<f64>,
     /// Model calls (reasoning and summary requests).
     pub model_calls: Option<u64>,
-    /// Tool calls that run (refused calls are not charged).
+    /// Tool calls admitted to run: a call a budget refuses is not charged; one a hook
+    /// denies after admission stays charged.
     pub tool_calls: Option<u64>,
-    /// Tool calls of one tool, by tool name.
+    /// Tool calls of one tool, by tool name (a call a hook renames counts for the tool
+    /// it became).
     pub tool_calls_per_tool: IndexMap<String, u64>,
     /// Wall-clock time, in milliseconds (a session budget sums its calls' time).
     pub wall_clock_ms: Option<u64>,
@@ -190,6 +209,30 @@ impl Budget {
             ));
         }
         Ok(())
+    }
+}
+
+impl Budget {
+    /// Checks a user budget ([`AgentBuilder::user_budget`](crate::AgentBuilder::user_budget)):
+    /// as [`Budget::validate`], and only the limits a user budget keeps (tokens, cost,
+    /// model calls).
+    ///
+    /// # Errors
+    /// The name of the first invalid or unsupported limit (`where_` prefixes it).
+    pub fn validate_user(&self, where_: &str) -> Result<(), String> {
+        self.validate(where_)?;
+        let per_call = [
+            ("tool_calls", self.tool_calls.is_some()),
+            ("tool_calls_per_tool", !self.tool_calls_per_tool.is_empty()),
+            ("wall_clock_ms", self.wall_clock_ms.is_some()),
+        ];
+        match per_call.iter().find(|(_, set)| *set) {
+            Some((name, _)) => Err(format!(
+                "`{where_}.{name}`: a user budget limits tokens, cost and model calls; limit \
+                 tool calls and time with a call or session budget"
+            )),
+            None => Ok(()),
+        }
     }
 }
 
@@ -341,7 +384,7 @@ pub struct Spend {
     pub cost: f64,
     /// Model calls.
     pub model_calls: u64,
-    /// Tool calls that ran.
+    /// Tool calls admitted to run (those a hook then denied included).
     pub tool_calls: u64,
     /// Tool calls by tool name, for the tools a budget of the call limits
     /// ([`Budget::tool_calls_of`]).
@@ -351,7 +394,8 @@ pub struct Spend {
 }
 
 impl Spend {
-    fn add(&mut self, other: &Spend) {
+    /// Adds `other` to this spend.
+    pub(crate) fn add(&mut self, other: &Spend) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
         self.cached_input_tokens = self
@@ -385,8 +429,27 @@ impl Spend {
         }
     }
 
+    /// Moves one tool call's per-tool count from `from` (when counted there) to `to`
+    /// (when counted there).
+    fn move_tool_call(&mut self, from: &str, to: &str, was: bool, now: bool) {
+        if was && let Some(n) = self.tool_calls_per_tool.get_mut(from) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.tool_calls_per_tool.shift_remove(from);
+            }
+        }
+        if now {
+            match self.tool_calls_per_tool.get_mut(to) {
+                Some(n) => *n = n.saturating_add(1),
+                None => {
+                    self.tool_calls_per_tool.insert(to.to_owned(), 1);
+                }
+            }
+        }
+    }
+
     /// Takes `other` (a part of this spend) out of it, never below zero.
-    fn subtract(&mut self, other: &Spend) {
+    pub(crate) fn subtract(&mut self, other: &Spend) {
         self.input_tokens = self.input_tokens.saturating_sub(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_sub(other.output_tokens);
         self.cached_input_tokens = self
@@ -440,6 +503,9 @@ pub enum BudgetScope {
     Session,
     /// A subagent's slice, by its agent path (e.g. `support/billing`).
     Subagent(String),
+    /// The budget of the call's user (or tenant) across all its sessions and every
+    /// replica sharing the store ([`AgentBuilder::user_budget`](crate::AgentBuilder::user_budget)).
+    User,
 }
 
 /// A budget that ran out: which one, its limit and what was used (or would have been).
@@ -473,6 +539,7 @@ impl std::fmt::Display for BudgetExhausted {
             BudgetScope::Call => "the call".to_owned(),
             BudgetScope::Session => "the session".to_owned(),
             BudgetScope::Subagent(p) => format!("subagent `{p}`"),
+            BudgetScope::User => "the user".to_owned(),
         };
         write!(
             f,
@@ -485,6 +552,13 @@ impl std::fmt::Display for BudgetExhausted {
 mod ledger;
 
 mod record;
+mod user;
 
 pub(crate) use ledger::{Ledger, Tokens, estimate_tokens};
 pub(crate) use record::{session_record, spend_record, stored_spend};
+pub(crate) use user::UserBook;
+
+/// The session id under which a user's budget record is stored, next to the user's
+/// sessions ([`AgentBuilder::user_budget`](crate::AgentBuilder::user_budget)): reserved
+/// by rein, never a conversation.
+pub const USER_BUDGET_SESSION: &str = "rein.user-budget";
