@@ -30,7 +30,10 @@
 //! `round3` adds (issue 31): conditions over every JSON form of a number, personal data
 //! in the keys of audited arguments at every depth and written through Unicode
 //! separators, and in capped arguments, whose reasons, trail entries and logs never
-//! quote it.
+//! quote it. `limits` adds (issues 33 and 34) random budgets and subagent slices, and
+//! the information-flow policy over an untrusted source: no budget is exceeded, nothing
+//! is spent after one ran out, and no acting call made under untrusted context runs
+//! without a human's decision.
 //!
 //! Cases: `REIN_FUZZ_CASES` (or `PROPTEST_CASES`), default 96. A longer run:
 //! `REIN_FUZZ_CASES=5000 cargo test --all-features --test it governance_fuzz -- --nocapture`.
@@ -38,6 +41,7 @@
 mod case;
 mod check;
 mod hooks;
+mod limits;
 mod model;
 mod round3;
 
@@ -84,8 +88,8 @@ static CASES: AtomicU64 = AtomicU64::new(0);
 static CHECKS: AtomicU64 = AtomicU64::new(0);
 /// What the cases exercised: executed tool calls, child runs, denied calls, approvals,
 /// failed calls, stopped-for-human rounds, masked stream items.
-static SEEN: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
-const SEEN_NAMES: [&str; 10] = [
+static SEEN: [AtomicU64; 13] = [const { AtomicU64::new(0) }; 13];
+const SEEN_NAMES: [&str; 13] = [
     "tool calls run",
     "child runs",
     "calls denied",
@@ -96,9 +100,12 @@ const SEEN_NAMES: [&str; 10] = [
     "calls the model emitted",
     "calls admitted to the hooks",
     "replicas crashed mid-call",
+    "calls stopped by their budget",
+    "acting calls made under untrusted context",
+    "of those, run after a human's decision",
 ];
 
-fn saw(i: usize, n: usize) {
+pub fn saw(i: usize, n: usize) {
     SEEN[i].fetch_add(n as u64, Ordering::Relaxed);
 }
 
@@ -128,7 +135,7 @@ impl SubagentFactory for Widening {
         &self.decl
     }
     fn configure(&self, builder: AgentBuilder) -> AgentBuilder {
-        let rogue = model::recording_tool("lookup", "rogue", self.content, &self.obs);
+        let rogue = model::recording_tool("lookup", "rogue", self.content, &self.obs, false);
         if self.via_hook {
             // The parent's `lookup` dropped, an impostor brought back by a hook.
             return builder
@@ -206,7 +213,7 @@ fn build(
         .model(model::FuzzModel::new(Arc::clone(case), Arc::clone(obs)))
         .without_global_hooks()
         .delegation_style(DelegationStyle::Spawn)
-        .toolkit(model::toolkit(case.content, obs))
+        .toolkit(model::toolkit(case.content, obs, case.flow.is_some()))
         .session_store(Arc::clone(store))
         .max_iters(6)
         .max_gotos(2)
@@ -272,6 +279,9 @@ fn build(
             .description(format!("subagent {}", DECLS[i]))
             .tools(d.allow.iter().copied())
             .steps(d.steps);
+        if let Some(n) = d.slice {
+            db = db.budget(Budget::new().model_calls(n));
+        }
         for (j, h) in d.hooks.iter().enumerate() {
             db = hooks::install(db, format!("{}.{j}", DECLS[i]), h, obs);
         }
@@ -303,7 +313,7 @@ fn build(
             via_hook: case.decls.len().is_multiple_of(2),
         });
     }
-    (b.build().unwrap(), mask)
+    (limits::install(b, case).build().unwrap(), mask)
 }
 
 /// The decisions of the human for the calls a stopped reply waits on.
@@ -410,33 +420,6 @@ fn waits(reason: StopReason) -> bool {
     )
 }
 
-/// The human resolves every call a stopped reply lists as outcome-unknown (after a
-/// crash) by recording an outcome: it is never run again.
-fn resolve_unknown(reply: &Msg, mut d: ApprovalDecisions) -> ApprovalDecisions {
-    if let Some(serde_json::Value::Array(calls)) = reply.metadata.get(agent::PENDING_CALLS_KEY) {
-        for c in calls {
-            if c["status"] == "outcome_unknown"
-                && let Some(id) = c["id"].as_str()
-            {
-                d = d.record_outcome(id, "the fuzzer's human checked: it took effect");
-            }
-        }
-    }
-    d
-}
-
-/// The ids a stopped reply lists as outcome-unknown.
-fn unknown_ids(reply: &Msg) -> Vec<String> {
-    match reply.metadata.get(agent::PENDING_CALLS_KEY) {
-        Some(serde_json::Value::Array(calls)) => calls
-            .iter()
-            .filter(|c| c["status"] == "outcome_unknown")
-            .filter_map(|c| c["id"].as_str().map(str::to_owned))
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
 /// Polls a call `polls` times (yielding in between) and drops it if it is not done:
 /// a replica that dies mid-call. Returns the result when it finished first.
 async fn crash_after<F: std::future::Future>(call: F, polls: usize) -> Option<F::Output> {
@@ -459,11 +442,13 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
     let mut input = vec![Msg::user("go")];
     let mut decisions = ApprovalDecisions::new();
     let (mut human_turn, mut surfaced, mut last) = (0, Vec::new(), None);
+    let mut crashed = false;
     for round in 0..3 {
         if round > 0 && case.switches[round] {
             // The next round runs on another replica: nothing of this one's memory.
             (agent, mask) = build(&case, &obs, &store, &workspace);
         }
+        let mark = limits::Mark::take(&obs);
         let ctx = RunContext::new().with_session_id("s");
         ctx.extensions().insert(decisions.clone());
         let call = AssertUnwindSafe(call_once(&case, &agent, &mask, input, ctx)).catch_unwind();
@@ -472,10 +457,14 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
             Some(polls) => match crash_after(call, polls).await {
                 Some(done) => done,
                 None => {
-                    // Crashed: a background task may still save what it left; the next
-                    // round resumes on a fresh replica.
+                    // Crashed: a background task saves what it left; the next round
+                    // resumes on a fresh replica once that save is done (without leases
+                    // a save still in flight would be another writer: a version conflict).
+                    // Reading the session waits for the slot the save holds.
                     saw(9, 1);
+                    crashed = true;
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    let _ = agent.messages(&key("s")).await;
                     (agent, mask) = build(&case, &obs, &store, &workspace);
                     input = Vec::new();
                     continue;
@@ -487,16 +476,21 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
             return Err(TestCaseError::fail("a panic reached the caller"));
         };
         let result = result?;
+        // A crashed call's tasks may still spend in later rounds: budgets are checked
+        // per round only where no call crashed.
+        if !crashed {
+            limits::round(&case, &mark, &obs, &result)?;
+        }
         let stopped = match &result {
             Ok(o) if waits(o.reason) => {
                 saw(5, 1);
                 let waiting: Vec<ToolUse> = pending_approvals(&o.reply)
                     .into_iter()
-                    .filter(|u| !unknown_ids(&o.reply).contains(&u.id))
+                    .filter(|u| !check::unknown_ids(&o.reply).contains(&u.id))
                     .collect();
                 surfaced.extend(waiting.iter().map(|u| u.id.clone()));
                 decisions = decide(&case, &obs, &waiting, &mut human_turn);
-                decisions = resolve_unknown(&o.reply, decisions);
+                decisions = check::resolve_unknown(&o.reply, decisions);
                 true
             }
             _ => false,
@@ -529,6 +523,7 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
         .collect();
     saw(8, admitted.len());
     check::governance(&case, &obs_now)?;
+    limits::flow(&case, &obs_now)?;
     // A call that fails (e.g. an aborting hook at `PostCall`) abandons what its
     // subagents wait for: the delegation call is marked not executed and nothing is
     // surfaced — nor run. The surfacing rule applies to calls that return.
@@ -546,8 +541,9 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
             e
         );
     }
-    let pending = matches!(&last, Ok(o) if waits(o.reason));
     let memory = agent.messages(&key("s")).await;
+    let pending = matches!(&last, Ok(o) if waits(o.reason))
+        || (last.is_err() && check::only_unknown_open(&memory));
     checked(1);
     if let Some(v) = model::history_violation(&memory, pending) {
         prop_assert!(false, "the root's memory is not a valid history: {}", v);
@@ -568,7 +564,7 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
         .build()
         .unwrap();
     let again = restarted
-        .call_with(
+        .run(
             vec![Msg::user("again")],
             RunContext::new().with_session_id("s"),
         )
@@ -580,7 +576,17 @@ async fn run_case_async(case: Arc<Case>) -> Result<(), TestCaseError> {
         again.err()
     );
     let reloaded = restarted.messages(&key("s")).await;
-    if let Some(v) = model::history_violation(&reloaded, false) {
+    // A call a crash left with an unknown outcome stays open until a human says what it
+    // did: the restarted agent surfaces it again and adds nothing after it.
+    let unknown = check::only_unknown_open(&reloaded);
+    if unknown {
+        checked(1);
+        prop_assert_eq!(
+            again.map(|o| o.reason).ok(),
+            Some(StopReason::OutcomeUnknown)
+        );
+    }
+    if let Some(v) = model::history_violation(&reloaded, unknown) {
         prop_assert!(false, "the reloaded session is not a valid history: {}", v);
     }
     Ok(())

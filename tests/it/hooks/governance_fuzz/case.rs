@@ -2,6 +2,7 @@
 //! and the human's later decisions.
 
 use proptest::prelude::*;
+use rein::hooks::FlowAction;
 use rein::{EventKind, FailurePolicy, StreamRelease};
 
 use super::{CARRY_LIMIT_SPLITS_FIXED, FACTORIES_NARROW_BY_INSTANCE};
@@ -82,6 +83,17 @@ pub struct DeclSpec {
     pub allow: Vec<&'static str>,
     pub hooks: Vec<HookSpec>,
     pub steps: u32,
+    /// A model-call slice of the parent's budget for each of its runs.
+    pub slice: Option<u64>,
+}
+
+/// The budget of every root call (see [`super::limits`]).
+#[derive(Clone, Copy, Debug)]
+pub struct BudgetSpec {
+    pub model_calls: u64,
+    pub tool_calls: u64,
+    /// A limit on `refund` calls.
+    pub refunds: Option<u64>,
 }
 
 /// What the model puts in a tool call's arguments.
@@ -187,6 +199,11 @@ pub struct Case {
     /// The first round's call is dropped (a crash) after this many polls, and the next
     /// round resumes on a fresh replica.
     pub crash_polls: Option<usize>,
+    /// A budget on every root call (its subagents draw from it).
+    pub budget: Option<BudgetSpec>,
+    /// The information-flow policy with this action for untrusted calls: `lookup`
+    /// returns untrusted content, `refund` changes state, `note` communicates outside.
+    pub flow: Option<FlowAction>,
 }
 
 impl Case {
@@ -286,13 +303,28 @@ fn allow() -> impl Strategy<Value = Vec<&'static str>> {
 }
 
 fn decl() -> impl Strategy<Value = DeclSpec> {
-    (allow(), prop::collection::vec(hook(), 0..3), 2u32..5).prop_map(|(allow, hooks, steps)| {
-        DeclSpec {
+    (
+        allow(),
+        prop::collection::vec(hook(), 0..3),
+        2u32..5,
+        prop::option::weighted(0.3, 1u64..4),
+    )
+        .prop_map(|(allow, hooks, steps, slice)| DeclSpec {
             allow,
             hooks,
             steps,
-        }
-    })
+            slice,
+        })
+}
+
+fn budget() -> impl Strategy<Value = BudgetSpec> {
+    (1u64..8, 1u64..6, prop::option::weighted(0.4, 1u64..3)).prop_map(
+        |(model_calls, tool_calls, refunds)| BudgetSpec {
+            model_calls,
+            tool_calls,
+            refunds,
+        },
+    )
 }
 
 fn call() -> impl Strategy<Value = Call> {
@@ -377,29 +409,52 @@ pub fn case() -> impl Strategy<Value = Case> {
         prop::collection::vec(prop::bool::weighted(0.4), 3),
         prop::option::weighted(0.3, 1usize..80),
     );
-    (tree, chain, run, replicas).prop_map(
+    let limits = (
+        prop::option::weighted(0.4, budget()),
+        prop::option::weighted(
+            0.4,
+            prop::sample::select(vec![FlowAction::Approve, FlowAction::Deny]),
+        ),
+    );
+    (tree, chain, run, replicas, limits).prop_map(
         |(
             (decls, general_purpose, factory, max_depth, markdown),
             (hooks, approval, mask, content),
             (max_calls, stream, scripts, splits, human),
             (switches, crash_polls),
-        )| Case {
-            hooks,
-            approval,
-            mask,
-            content,
-            decls,
-            general_purpose,
-            factory,
-            markdown,
-            max_depth,
-            max_calls,
-            stream,
-            scripts,
-            splits,
-            human,
-            switches,
-            crash_polls,
+            (budget, flow),
+        )| {
+            let mut scripts = scripts;
+            if flow.is_some() {
+                // The root reads the untrusted source first: its later calls are made
+                // under untrusted context.
+                let lookup = Call {
+                    target: Target::Tool(0),
+                    args: Args::Good(0),
+                    id: Id::Unique,
+                };
+                scripts[0].insert(0, Turn::Calls(vec![lookup]));
+            }
+            Case {
+                hooks,
+                approval,
+                mask,
+                content,
+                decls,
+                general_purpose,
+                factory,
+                markdown,
+                max_depth,
+                max_calls,
+                stream,
+                scripts,
+                splits,
+                human,
+                switches,
+                crash_polls,
+                budget,
+                flow,
+            }
         },
     )
 }

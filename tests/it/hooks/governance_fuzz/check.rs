@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use proptest::prelude::*;
-use rein::hooks::SensitiveDataMasker;
+use rein::hooks::{ApprovalDecisions, SensitiveDataMasker};
 use rein::*;
 
 use super::case::{Case, DECLS, FACTORY, Kind, MARKDOWN, PII, TOOLS};
@@ -351,4 +351,52 @@ pub fn may_fail(case: &Case) -> bool {
         Kind::Goto => true,
         _ => false,
     })
+}
+
+/// The human resolves every call a stopped reply lists as outcome-unknown (after a
+/// crash) by recording an outcome: it is never run again.
+pub fn resolve_unknown(reply: &Msg, mut d: ApprovalDecisions) -> ApprovalDecisions {
+    if let Some(serde_json::Value::Array(calls)) = reply.metadata.get(agent::PENDING_CALLS_KEY) {
+        for c in calls {
+            if c["status"] == "outcome_unknown"
+                && let Some(id) = c["id"].as_str()
+            {
+                d = d.record_outcome(id, "the fuzzer's human checked: it took effect");
+            }
+        }
+    }
+    d
+}
+
+/// The ids a stopped reply lists as outcome-unknown.
+pub fn unknown_ids(reply: &Msg) -> Vec<String> {
+    match reply.metadata.get(agent::PENDING_CALLS_KEY) {
+        Some(serde_json::Value::Array(calls)) => calls
+            .iter()
+            .filter(|c| c["status"] == "outcome_unknown")
+            .filter_map(|c| c["id"].as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether `memory` ends with tool calls left without a result, every one of them a call
+/// a crash left with an unknown outcome: a call that fails later (an aborting hook) must
+/// leave them open, since only a human can say whether they took effect.
+pub fn only_unknown_open(memory: &[Msg]) -> bool {
+    let answered: std::collections::HashSet<&str> = memory
+        .iter()
+        .flat_map(Msg::tool_results)
+        .map(|r| r.id.as_str())
+        .collect();
+    let Some(last) = memory.iter().rev().find(|m| !m.tool_uses().is_empty()) else {
+        return false;
+    };
+    let unknown = unknown_ids(last);
+    let open: Vec<_> = last
+        .tool_uses()
+        .into_iter()
+        .filter(|u| !answered.contains(u.id.as_str()))
+        .collect();
+    !open.is_empty() && open.iter().all(|u| unknown.contains(&u.id))
 }

@@ -56,6 +56,15 @@ pub struct Obs {
     pub model_ids: Vec<String>,
     /// Invariant violations seen where a panic would be caught by the runtime.
     pub violations: Vec<String>,
+    /// Requests any model of the tree received, in total and by agent name.
+    pub requests: usize,
+    pub requests_by: std::collections::HashMap<String, usize>,
+    /// Tool calls (by the runtime's id) the model made with an untrusted `lookup` result
+    /// in its request, and without one, as later requests of the same history show.
+    pub emitted_tainted: std::collections::HashSet<String>,
+    pub emitted_clean: std::collections::HashSet<String>,
+    /// `refund` and `note` calls the model emitted with such a result in its request.
+    pub tainted_acting: usize,
 }
 
 pub type Shared = Arc<Mutex<Obs>>;

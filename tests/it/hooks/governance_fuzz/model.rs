@@ -108,7 +108,7 @@ impl FuzzModel {
         out
     }
 
-    fn call_chunks(&self, calls: &[Call], out: &mut Vec<ModelChunk>) {
+    fn call_chunks(&self, calls: &[Call], tainted: bool, out: &mut Vec<ModelChunk>) {
         self.obs.lock().unwrap().emitted += calls.len();
         let mut last_id: Option<String> = None;
         let mut index = 0usize;
@@ -123,6 +123,10 @@ impl FuzzModel {
             };
             if !matches!(c.id, Id::SameIndex) || n == 0 {
                 index = n;
+            }
+            if tainted {
+                self.obs.lock().unwrap().tainted_acting +=
+                    usize::from(name == "refund" || name == "note");
             }
             if let Some(id) = &id {
                 self.obs.lock().unwrap().model_ids.push(id.clone());
@@ -223,6 +227,28 @@ impl Model for FuzzModel {
                 rest.split('`').next().map(str::to_owned)
             })
             .unwrap_or_else(|| "root".to_owned());
+        // Whether the model had read what `lookup` returned (only its running writes the
+        // mark) when it made each call of this history, by the runtime's call id.
+        let mut tainted = false;
+        {
+            let mut obs = self.obs.lock().unwrap();
+            obs.requests += 1;
+            *obs.requests_by.entry(name.clone()).or_default() += 1;
+            for m in &messages {
+                for u in m.tool_uses() {
+                    let set = if tainted {
+                        &mut obs.emitted_tainted
+                    } else {
+                        &mut obs.emitted_clean
+                    };
+                    set.insert(u.id.clone());
+                }
+                tainted |= m
+                    .tool_results()
+                    .iter()
+                    .any(|r| r.content.contains(UNTRUSTED_MARK));
+            }
+        }
         let turn_no = messages
             .iter()
             .filter(|m| m.role == Role::Assistant)
@@ -254,7 +280,7 @@ impl Model for FuzzModel {
         let mut chunks = self.text_chunks(&turn);
         let finish = match &turn {
             Turn::Calls(calls) if !calls.is_empty() => {
-                self.call_chunks(calls, &mut chunks);
+                self.call_chunks(calls, tainted, &mut chunks);
                 FinishReason::ToolCalls
             }
             Turn::Calls(_) => {
@@ -296,13 +322,21 @@ pub fn tool_result(name: &str, content: Content) -> String {
     }
 }
 
+/// What the root's `lookup` appends to its results under the information-flow policy:
+/// content from outside (declared untrusted).
+pub const UNTRUSTED_MARK: &str = "[untrusted lookup result]";
+
 /// A tool that records every call it runs (with the running agent and `tag`, naming
 /// the instance) and returns a result holding personal data, carried as `content` says.
+/// With `flow`, it declares its capabilities to the information-flow policy: `lookup`
+/// returns untrusted content (and marks it), `refund` changes state, `note`
+/// communicates outside.
 pub fn recording_tool(
     name: &'static str,
     tag: &'static str,
     content: Content,
     obs: &Shared,
+    flow: bool,
 ) -> FunctionTool {
     let schema = match name {
         "refund" => json!({"type": "object", "properties": {"amount": {"type": "number"}},
@@ -329,17 +363,28 @@ pub fn recording_tool(
                     },
                     tag,
                 ));
-                Ok(tool_result(name, content))
+                let result = tool_result(name, content);
+                Ok(if flow && name == "lookup" {
+                    format!("{result} {UNTRUSTED_MARK}")
+                } else {
+                    result
+                })
             }
         },
     )
+    .capabilities(match (flow, name) {
+        (false, _) => ToolCapabilities::new(),
+        (true, "lookup") => ToolCapabilities::new().untrusted(),
+        (true, "refund") => ToolCapabilities::new().changes_state(true),
+        (true, _) => ToolCapabilities::new().external(Confidentiality::Secret),
+    })
 }
 
 /// The root's toolkit: every tool in [`TOOLS`].
-pub fn toolkit(content: Content, obs: &Shared) -> Toolkit {
+pub fn toolkit(content: Content, obs: &Shared, flow: bool) -> Toolkit {
     let mut t = Toolkit::new();
     for name in TOOLS {
-        t.register(recording_tool(name, "root", content, obs))
+        t.register(recording_tool(name, "root", content, obs, flow))
             .unwrap();
     }
     t
