@@ -8,6 +8,9 @@
 //! 2. Two replicas of one agent share a session through one store (here in memory; the
 //!    same holds on Redis and PostgreSQL) with a session budget of three model calls:
 //!    what one replica spent, the other cannot spend again.
+//! 3. A user budget of four model calls, on the same two replicas: whatever session
+//!    the user calls in, on whichever replica, the fifth request is never sent; another
+//!    user has a budget of its own.
 
 use std::sync::Arc;
 
@@ -104,5 +107,38 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         record["spent"]["model_calls"]
     );
     assert_eq!(record["spent"]["model_calls"], 3);
+
+    // Scene 3: one user's budget, across sessions and replicas.
+    let store = Arc::new(InMemorySessionStore::new());
+    let replica = |model: &ScriptedModel| {
+        Agent::builder()
+            .model(model.clone())
+            .session_store(Arc::clone(&store))
+            .user_budget(Budget::new().model_calls(4))
+            .build()
+    };
+    let answers = || ScriptedModel::new((1..=4).map(|i| ScriptedTurn::text(format!("answer {i}"))));
+    let (ma, mb) = (answers(), answers());
+    let (a, b) = (replica(&ma)?, replica(&mb)?);
+    let mut stops = 0;
+    for (i, agent) in [&a, &b, &a, &b, &a].into_iter().enumerate() {
+        let ctx = RunContext::new()
+            .with_user_id("ann")
+            .with_session_id(format!("ticket-{i}"));
+        let out = agent.run(vec![Msg::user("hello")], ctx).await?;
+        println!("scene 3: ann, session ticket-{i}: {:?}", out.reason);
+        stops += usize::from(out.reason == StopReason::BudgetExhausted);
+    }
+    let bob = RunContext::new()
+        .with_user_id("bob")
+        .with_session_id("ticket-0");
+    let out = b.run(vec![Msg::user("hello")], bob).await?;
+    println!("scene 3: bob, session ticket-0: {:?}", out.reason);
+    assert_eq!(stops, 1);
+    assert_eq!(
+        ma.requests().len() + mb.requests().len(),
+        5,
+        "four for ann, one for bob"
+    );
     Ok(())
 }
