@@ -14,7 +14,7 @@ use super::stream::AgentEvent;
 use super::{AgentInner, CallOutcome};
 use crate::budget::{
     BUDGET_KEY, Budget, BudgetExhausted, BudgetScope, Ledger, Prices, SPEND_KEY, Spend, Tokens,
-    USER_BUDGET_SESSION, UserBook, estimate_tokens, session_record, spend_record, stored_spend,
+    USER_BUDGET_SESSION, estimate_tokens, session_record, spend_record, stored_spend,
 };
 use crate::context::{RunContext, StopReason};
 use crate::error::Error;
@@ -22,6 +22,8 @@ use crate::hook::{Decision, DecisionKind, EventKind};
 use crate::message::{ContentBlock, Msg};
 use crate::model::ModelRequest;
 use crate::store::SessionKey;
+
+use super::user_budget::UserBook;
 use crate::tool::ToolSchema;
 
 impl<S> AgentBuilder<S> {
@@ -107,7 +109,7 @@ impl AgentInner {
             && let Some((limits, store)) = &self.user_budget
         {
             let key = SessionKey::new(ctx.user_id(), USER_BUDGET_SESSION);
-            let book = UserBook::new(Arc::clone(store), key);
+            let book = Arc::new(UserBook::new(Arc::clone(store), key));
             parent = Some(Ledger::user(limits.clone(), book, self.info.name.clone()));
         }
         // Agent paths from the top-level agent, as decisions and stream events name them.
@@ -181,7 +183,7 @@ impl Call<'_> {
         };
         let messages: usize = request.messages.iter().map(message_bytes).sum();
         let estimate = estimate_tokens(messages + schemas);
-        let user = ledger.user_book();
+        let user = ledger.user_book::<UserBook>();
         let turn = match &user {
             Some((book, _)) => Some(book.turn().await),
             None => None,
@@ -464,7 +466,7 @@ fn json_bytes(v: &serde_json::Value) -> usize {
 }
 
 /// Admits a model request against a user's stored budget record (see
-/// [`crate::budget::UserBook`]): mirrors the record into the user's ledger, admits the
+/// [`UserBook`]): mirrors the record into the user's ledger, admits the
 /// request on the whole chain, and saves the reservation over the version read; a save
 /// that lost to another replica's takes the reservation back and tries again.
 async fn reserve_for_user(

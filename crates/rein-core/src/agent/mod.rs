@@ -83,6 +83,7 @@ mod sessions;
 mod stream;
 mod summary;
 mod typed;
+mod user_budget;
 mod window;
 
 pub use builder::{AgentBuilder, McpPending, Ready};

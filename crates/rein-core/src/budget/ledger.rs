@@ -2,12 +2,12 @@
 //! charge reaches every budget of the call, its session and the calls that delegated to
 //! it.
 
+use std::any::Any;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use indexmap::IndexMap;
 use tokio::time::Instant;
 
-use super::user::UserBook;
 use super::{BYTES_PER_TOKEN, Budget, BudgetExhausted, BudgetKind, BudgetScope, ModelPrice, Spend};
 
 /// One budget being drawn from: its limits, what it spent, and the budget above it.
@@ -20,8 +20,9 @@ pub(crate) struct Ledger {
     started: Instant,
     /// The agent path of the call drawing from this ledger (`support/billing`).
     agent: String,
-    /// For a user's budget: its stored record, the truth this ledger mirrors.
-    book: Option<Arc<UserBook>>,
+    /// For a user's budget: the handle of its stored record, the truth this ledger
+    /// mirrors. Opaque here (budgets sit below the store); the agent layer owns its type.
+    book: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 #[derive(Debug, Default)]
@@ -70,7 +71,11 @@ impl Ledger {
 
     /// The ledger of a user's budget, mirroring its stored record (`book`); the top of
     /// its chain.
-    pub(crate) fn user(limits: Budget, book: UserBook, agent: String) -> Arc<Self> {
+    pub(crate) fn user(
+        limits: Budget,
+        book: Arc<dyn Any + Send + Sync>,
+        agent: String,
+    ) -> Arc<Self> {
         Arc::new(Self {
             scope: BudgetScope::User,
             limits,
@@ -78,14 +83,17 @@ impl Ledger {
             parent: None,
             started: Instant::now(),
             agent,
-            book: Some(Arc::new(book)),
+            book: Some(book),
         })
     }
 
-    /// The user's budget record above this ledger, if a user budget applies.
-    pub(crate) fn user_book(self: &Arc<Self>) -> Option<(Arc<UserBook>, &Ledger)> {
-        self.chain()
-            .find_map(|l| l.book.as_ref().map(|b| (Arc::clone(b), l)))
+    /// The handle of the user's budget record above this ledger (the type the agent
+    /// layer gave [`Ledger::user`]), with that ledger, if a user budget applies.
+    pub(crate) fn user_book<T: Any + Send + Sync>(self: &Arc<Self>) -> Option<(Arc<T>, &Ledger)> {
+        self.chain().find_map(|l| {
+            let book = Arc::clone(l.book.as_ref()?).downcast::<T>().ok()?;
+            Some((book, l))
+        })
     }
 
     /// Mirrors a user's stored record: everything spent or reserved by anyone, with

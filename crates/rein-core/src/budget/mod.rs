@@ -552,11 +552,9 @@ impl std::fmt::Display for BudgetExhausted {
 mod ledger;
 
 mod record;
-mod user;
 
 pub(crate) use ledger::{Ledger, Tokens, estimate_tokens};
 pub(crate) use record::{session_record, spend_record, stored_spend};
-pub(crate) use user::UserBook;
 
 /// The session id under which a user's budget record is stored, next to the user's
 /// sessions ([`AgentBuilder::user_budget`](crate::AgentBuilder::user_budget)): reserved

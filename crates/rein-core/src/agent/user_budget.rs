@@ -1,5 +1,5 @@
 //! A user's budget across sessions and replicas: one record in the session store, under
-//! the user's reserved session [`USER_BUDGET_SESSION`](super::USER_BUDGET_SESSION), changed
+//! the user's reserved session [`USER_BUDGET_SESSION`](crate::budget::USER_BUDGET_SESSION), changed
 //! only by a versioned save (compare-and-swap), so replicas sharing the store never
 //! double-spend it.
 //!
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{BUDGET_KEY, Spend, session_record};
+use crate::budget::{BUDGET_KEY, Spend, session_record};
 use crate::message::Msg;
 use crate::store::{DynSessionStore, SessionKey, StoreError, StoreErrorKind};
 
