@@ -11,6 +11,7 @@ use super::memory::CallMemory;
 use super::model_turn::Phase;
 use super::run::{Call, emit};
 use super::stream::AgentEvent;
+use super::user_budget::UserBook;
 use super::{AgentInner, CallOutcome};
 use crate::budget::{
     BUDGET_KEY, Budget, BudgetExhausted, BudgetScope, Ledger, Prices, SPEND_KEY, Spend, Tokens,
@@ -22,8 +23,6 @@ use crate::hook::{Decision, DecisionKind, EventKind};
 use crate::message::{ContentBlock, Msg};
 use crate::model::ModelRequest;
 use crate::store::SessionKey;
-
-use super::user_budget::UserBook;
 use crate::tool::ToolSchema;
 
 impl<S> AgentBuilder<S> {
@@ -88,6 +87,20 @@ pub(super) struct Ledgers {
     /// The bytes of the last request's tool schemas, by the schemas' allocation: a
     /// call's requests usually share one list, walked once.
     schema_bytes: Option<(Arc<[ToolSchema]>, usize)>,
+}
+
+impl Ledgers {
+    /// The bytes of `tools`' text, walked once per schema list.
+    fn schema_bytes(&mut self, tools: &Arc<[ToolSchema]>) -> usize {
+        match &self.schema_bytes {
+            Some((seen, n)) if Arc::ptr_eq(seen, tools) => *n,
+            _ => {
+                let n = schema_bytes(tools);
+                self.schema_bytes = Some((Arc::clone(tools), n));
+                n
+            }
+        }
+    }
 }
 
 impl AgentInner {
@@ -171,16 +184,10 @@ impl Call<'_> {
                 .unwrap_or_else(|| self.agent.model.name());
             p.get(model).copied()
         });
-        let schemas = match self.ledgers.as_mut().and_then(|l| l.schema_bytes.as_ref()) {
-            Some((tools, n)) if Arc::ptr_eq(tools, &request.tools) => *n,
-            _ => {
-                let n = schema_bytes(&request.tools);
-                if let Some(l) = self.ledgers.as_mut() {
-                    l.schema_bytes = Some((Arc::clone(&request.tools), n));
-                }
-                n
-            }
-        };
+        let schemas = self
+            .ledgers
+            .as_mut()
+            .map_or(0, |l| l.schema_bytes(&request.tools));
         let messages: usize = request.messages.iter().map(message_bytes).sum();
         let estimate = estimate_tokens(messages + schemas);
         let user = ledger.user_book::<UserBook>();
