@@ -50,7 +50,7 @@ pub use message::{ContentBlock, Msg, Role, Thinking, ToolResult, ToolUse};
 pub use model::{
     FinishReason, GenerateOptions, Model, ModelCapabilities, ModelChunk, ModelError,
     ModelErrorKind, ModelRequest, ModelStream, ResponseFormat, ScriptedModel, ScriptedTurn,
-    ToolChoice, Usage,
+    TokenCount, ToolChoice, Usage,
 };
 pub use store::{
     FileSessionStore, InMemorySessionStore, LeaseConfig, SessionKey, SessionStore, StoreError,

@@ -1,6 +1,7 @@
 //! OpenAI-compatible chat completions (feature `openai`).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
@@ -15,7 +16,7 @@ use crate::typed::{self, nonempty};
 use rein_core::BuildError;
 use rein_core::model::{
     FinishReason, GenerateOptions, Messages, Model, ModelChunk, ModelError, ModelErrorKind,
-    ModelRequest, ModelStream, ToolChoice, Usage,
+    ModelRequest, ModelStream, TokenCount, ToolChoice, Usage,
 };
 use rein_core::{ContentBlock, Role, ToolResult};
 
@@ -83,12 +84,29 @@ const DEFAULT_MODEL: &str = "gpt-4o-mini";
 /// `reasoning_effort` level a known OpenAI reasoning model does not have) is a
 /// [`ModelErrorKind::BadRequest`](rein_core::ModelErrorKind::BadRequest) naming the option,
 /// before anything is sent.
+///
+/// # Counting tokens
+/// OpenAI's chat completions have no counting endpoint, so [`Model::count_tokens`] is
+/// `None` unless the builder is told where a llama.cpp server counts
+/// ([`OpenAiChatModelBuilder::llama_server_token_count`]): the request body goes to its
+/// `POST /apply-template` (the prompt its chat template makes, tools included), the
+/// prompt to `POST /tokenize`, and the count is the tokens it returns — the
+/// `prompt_tokens` the server then reports for the request.
 #[derive(Clone, Debug)]
 pub struct OpenAiChatModel {
     model: String,
     max_completion_tokens: bool,
     capabilities: Option<ModelCapabilities>,
     transport: Transport,
+    /// Behind an `Arc`: rarely configured, and it would double the model's size inline.
+    counter: Option<Arc<LlamaCounter>>,
+}
+
+/// A llama.cpp server's endpoints that count a request's prompt tokens.
+#[derive(Clone, Debug)]
+struct LlamaCounter {
+    template: Transport,
+    tokenize: Transport,
 }
 
 /// Builds an [`OpenAiChatModel`]; from [`OpenAiChatModel::builder`].
@@ -98,6 +116,7 @@ pub struct OpenAiChatModelBuilder {
     endpoint: Endpoint,
     max_completion_tokens: bool,
     capabilities: Option<ModelCapabilities>,
+    llama_server: Option<String>,
 }
 
 impl OpenAiChatModel {
@@ -256,6 +275,14 @@ impl OpenAiChatModelBuilder {
         self
     }
 
+    /// Counts prompt tokens on the llama.cpp server at `url` — its root, e.g.
+    /// `http://127.0.0.1:8080`, not the `/v1` base URL (see [counting
+    /// tokens](OpenAiChatModel#counting-tokens)). Default: no counting.
+    pub fn llama_server_token_count(mut self, url: impl Into<String>) -> Self {
+        self.llama_server = Some(url.into());
+        self
+    }
+
     /// Builds the model. Without an API key no `Authorization` header is sent.
     ///
     /// # Errors
@@ -272,11 +299,22 @@ impl OpenAiChatModelBuilder {
         headers.extend(self.endpoint.headers.iter().cloned());
         let base = self.endpoint.base_url.as_deref().unwrap_or(DEFAULT_BASE);
         let transport = Transport::new(base, "chat/completions", &headers, &self.endpoint.http)?;
+        let counter = match &self.llama_server {
+            None => None,
+            Some(root) => {
+                let root = root.trim_end_matches('/');
+                Some(Arc::new(LlamaCounter {
+                    template: transport.at(&format!("{root}/apply-template"))?,
+                    tokenize: transport.at(&format!("{root}/tokenize"))?,
+                }))
+            }
+        };
         Ok(OpenAiChatModel {
             model,
             max_completion_tokens: self.max_completion_tokens,
             capabilities: self.capabilities,
             transport,
+            counter,
         })
     }
 }
@@ -302,6 +340,28 @@ impl Model for OpenAiChatModel {
             &request.options.extra_headers,
             OpenAiDecoder::default(),
         )
+    }
+
+    /// The llama.cpp server's count, where one is configured (see [counting
+    /// tokens](OpenAiChatModel#counting-tokens)).
+    fn count_tokens(&self, request: &ModelRequest) -> Option<TokenCount> {
+        let counter = self.counter.clone()?;
+        let headers = request.options.extra_headers.clone();
+        let templated = self
+            .request_body(request)
+            .map(|body| counter.template.post_json(&body, &headers));
+        Some(Box::pin(async move {
+            let answer = templated?.await?;
+            let Some(prompt) = answer.get("prompt").and_then(Value::as_str) else {
+                return Err(malformed("apply-template answer", &answer.to_string()));
+            };
+            let body = json!({"content": prompt, "add_special": true});
+            let answer = counter.tokenize.post_json(&body, &headers).await?;
+            match answer.get("tokens").and_then(Value::as_array) {
+                Some(tokens) => Ok(tokens.len() as u64),
+                None => Err(malformed("tokenize answer", &answer.to_string())),
+            }
+        }))
     }
 }
 

@@ -68,8 +68,10 @@
 //!   the failure is returned at once.
 
 mod call;
+mod json;
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, SystemTime};
 
@@ -369,6 +371,23 @@ impl Transport {
         })
     }
 
+    /// The same client, headers and settings for another endpoint of the same server:
+    /// `url` (absolute, http or https) replaces the URL.
+    pub(crate) fn at(&self, url: &str) -> Result<Self, BuildError> {
+        let invalid = |m: String| BuildError::new(BuildErrorKind::InvalidConfig, m);
+        let parsed =
+            reqwest::Url::parse(url).map_err(|e| invalid(format!("invalid URL `{url}`: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(invalid(format!(
+                "invalid URL `{url}`: the scheme must be http or https"
+            )));
+        }
+        Ok(Self {
+            url: parsed,
+            ..self.clone()
+        })
+    }
+
     /// The endpoint URL.
     pub(crate) fn url(&self) -> &str {
         self.url.as_str()
@@ -382,26 +401,51 @@ impl Transport {
         extra_headers: &IndexMap<String, String>,
         decoder: D,
     ) -> ModelStream {
-        let prepared = (|| {
-            let mut headers = self.headers.clone();
-            insert_headers(
-                &mut headers,
-                extra_headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-            )?;
-            let body = serde_json::to_vec(&body?).map_err(|e| {
-                ModelError::new(
-                    ModelErrorKind::BadRequest,
-                    format!("cannot serialize the request: {e}"),
-                )
-                .with_source(e)
-            })?;
-            Ok::<_, ModelError>((headers, body))
-        })();
+        let prepared = body.and_then(|b| self.prepare(&b, extra_headers));
         let (headers, body) = match prepared {
             Ok(p) => p,
             Err(e) => return Box::pin(futures::stream::iter([Err(e)])),
         };
         call::start(self.clone(), headers, body, decoder)
+    }
+}
+
+impl Transport {
+    /// Posts `body` (plus the per-call `extra_headers`) and reads one JSON answer (see
+    /// `json::post`): the future owns what it needs.
+    pub(crate) fn post_json(
+        &self,
+        body: &Value,
+        extra_headers: &IndexMap<String, String>,
+    ) -> impl Future<Output = Result<Value, ModelError>> + Send + use<> {
+        let prepared = self.prepare(body, extra_headers);
+        let transport = self.clone();
+        async move {
+            let (headers, body) = prepared?;
+            json::post(transport, headers, body).await
+        }
+    }
+
+    /// The headers (the fixed ones, then `extra_headers`) and the serialized `body` of
+    /// one request.
+    fn prepare(
+        &self,
+        body: &Value,
+        extra_headers: &IndexMap<String, String>,
+    ) -> Result<(HeaderMap, Vec<u8>), ModelError> {
+        let mut headers = self.headers.clone();
+        insert_headers(
+            &mut headers,
+            extra_headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        )?;
+        let body = serde_json::to_vec(body).map_err(|e| {
+            ModelError::new(
+                ModelErrorKind::BadRequest,
+                format!("cannot serialize the request: {e}"),
+            )
+            .with_source(e)
+        })?;
+        Ok((headers, body))
     }
 }
 

@@ -15,6 +15,7 @@ mod fuzz_inputs;
 mod layers;
 mod messages;
 mod observability;
+mod token_counts;
 mod tools;
 mod typed_tools;
 mod user_budgets;

@@ -23,5 +23,7 @@ mod real_model_natural;
 mod replay;
 mod streaming;
 mod structured_output;
+#[cfg(all(feature = "openai", feature = "anthropic"))]
+mod token_counts;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod transport;

@@ -53,6 +53,11 @@ pub(super) fn server() -> Option<String> {
 }
 
 pub(super) fn model(url: &str) -> OpenAiChatModel {
+    model_builder(url).build().unwrap()
+}
+
+/// The builder of [`model`].
+pub(super) fn model_builder(url: &str) -> OpenAiChatModelBuilder {
     OpenAiChatModel::builder()
         .base_url(url)
         .model("local")
@@ -67,8 +72,6 @@ pub(super) fn model(url: &str) -> OpenAiChatModel {
             },
             ..HttpConfig::default()
         })
-        .build()
-        .unwrap()
 }
 
 pub(super) fn options() -> GenerateOptions {

@@ -189,7 +189,17 @@ impl Call<'_> {
             .as_mut()
             .map_or(0, |l| l.schema_bytes(&request.tools));
         let messages: usize = request.messages.iter().map(message_bytes).sum();
-        let estimate = estimate_tokens(messages + schemas);
+        let mut estimate = estimate_tokens(messages + schemas);
+        let known = self.counted.take();
+        if ledger.near_input_limit(estimate, request.options.max_tokens, price.as_ref()) {
+            let counted = match known {
+                Some(n) => Some(n),
+                None => self.count_tokens(&request).await,
+            };
+            if let Some(n) = counted {
+                estimate = n;
+            }
+        }
         let user = ledger.user_book::<UserBook>();
         let turn = match &user {
             Some((book, _)) => Some(book.turn().await),
@@ -470,6 +480,26 @@ fn json_bytes(v: &serde_json::Value) -> usize {
         }
     }
     walk(v, 0)
+}
+
+impl Call<'_> {
+    /// The model's own count of `request`'s prompt tokens, when it offers one and the
+    /// count succeeds (a failed count is logged; the caller keeps its estimate).
+    pub(super) async fn count_tokens(&self, request: &ModelRequest) -> Option<u64> {
+        let count = self.agent.model.count_tokens(request)?;
+        match count.await {
+            Ok(n) => Some(n),
+            Err(e) => {
+                tracing::warn!(
+                    target: "rein::budget",
+                    model = self.agent.model.name(),
+                    error = %e,
+                    "the model could not count the request's tokens: the estimate decides"
+                );
+                None
+            }
+        }
+    }
 }
 
 /// Admits a model request against a user's stored budget record (see

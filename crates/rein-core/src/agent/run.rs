@@ -76,6 +76,9 @@ pub(super) struct Call<'a> {
     pub(super) ledgers: Option<super::budgets::Ledgers>,
     /// The budget that refused the next spending, for the stop that follows.
     pub(super) exhausted: Option<Box<crate::budget::BudgetExhausted>>,
+    /// The model's count of the prompt tokens of the request the window check just
+    /// passed, taken by the budget check of the same request (one count, not two).
+    pub(super) counted: Option<u64>,
     /// The label of the last model turn: the join of the session's labels when it was
     /// sent ([`crate::label`]); the turn's message and its tool calls carry it.
     pub(super) label: crate::label::Label,
@@ -204,6 +207,7 @@ impl AgentInner {
             output,
             ledgers,
             exhausted: None,
+            counted: None,
             label: crate::label::Label::BOTTOM,
         };
         // Renews the lease while the call runs; a lost lease cancels it.
@@ -595,11 +599,13 @@ impl Call<'_> {
         if let Some(tool) = self.output.and_then(|o| o.tool) {
             tools = tools.iter().cloned().chain([tool.clone()]).collect();
         }
-        let request = self.fit_window(ModelRequest {
-            messages,
-            tools,
-            options,
-        })?;
+        let request = self
+            .fit_window(ModelRequest {
+                messages,
+                tools,
+                options,
+            })
+            .await?;
         if self.ledgers.is_none() {
             // Without budgets no state machine of the call holds the request.
             return self.stream_model(request, Phase::Reasoning).await.map(Some);

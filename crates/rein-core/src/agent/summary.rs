@@ -94,11 +94,13 @@ impl Call<'_> {
             messages = changed;
             options = *changed_options;
         }
-        let request = self.fit_window(ModelRequest {
-            messages,
-            tools: Arc::default(),
-            options,
-        })?;
+        let request = self
+            .fit_window(ModelRequest {
+                messages,
+                tools: Arc::default(),
+                options,
+            })
+            .await?;
         let summary = if self.ledgers.is_none() {
             Some(self.stream_model(request, Phase::Summary).await?)
         } else {

@@ -9,6 +9,7 @@
 
 use super::budgets::{message_bytes, request_bytes};
 use super::run::Call;
+use crate::budget::{COUNT_MARGIN, COUNT_SLACK};
 use crate::error::Error;
 use crate::message::{ContentBlock, Msg, Role};
 use crate::model::ModelRequest;
@@ -39,7 +40,10 @@ const PER_REQUEST_TOKENS: u64 = 64;
 /// The estimate is the bytes of the request's text (messages, tool calls and results,
 /// tool schemas) / [`WINDOW_BYTES_PER_TOKEN`], plus 8 tokens per message and 64 per
 /// request for the chat template, plus the answer's reserve: the request's
-/// `max_tokens`, when set.
+/// `max_tokens`, when set. Near the window (twice the estimated prompt plus
+/// [`COUNT_SLACK`](crate::budget::COUNT_SLACK), with the reserve, past it) a model that
+/// counts tokens ([`Model::count_tokens`](crate::Model::count_tokens)) decides instead:
+/// a request is sent whole when its count fits and cut further when it does not.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ContextPolicy {
@@ -92,30 +96,105 @@ impl Call<'_> {
     /// `request`, checked against the agent's window: as it is when it fits (or the
     /// agent has no window), cut to its newest turns under `DropOldest`.
     ///
+    /// Near the window (twice the estimated prompt plus
+    /// [`COUNT_SLACK`](crate::budget::COUNT_SLACK), with the reserve, past it) a model
+    /// that counts tokens decides instead of the estimate: a request the estimate
+    /// rejects is sent whole when its count fits, and one the estimate admits is cut
+    /// further (or failed) when its count does not. The count is kept for the budget
+    /// check of the same request.
+    ///
     /// # Errors
     /// [`ErrorKind::ContextWindow`](crate::ErrorKind::ContextWindow) when it cannot be
     /// made to fit.
-    pub(super) fn fit_window(&self, request: ModelRequest) -> Result<ModelRequest, Error> {
+    pub(super) async fn fit_window(
+        &mut self,
+        request: ModelRequest,
+    ) -> Result<ModelRequest, Error> {
+        self.counted = None;
         let Some((window, policy)) = self.agent.window else {
             return Ok(request);
         };
         let window = u64::from(window);
+        let reserve = request.options.max_tokens.map_or(0, u64::from);
         let needed = estimate(&request);
+        let near = (needed - reserve)
+            .saturating_mul(COUNT_MARGIN)
+            .saturating_add(COUNT_SLACK + reserve)
+            > window;
+        let counted = if near {
+            self.count_tokens(&request).await
+        } else {
+            None
+        };
+        let Some(count) = counted else {
+            // The estimate decides.
+            return self.cut_to(request, needed, window, policy, None);
+        };
+        if count + reserve <= window {
+            self.counted = Some(count);
+            return Ok(request);
+        }
+        // Over by the model's count: cut as if the estimate had been that much larger,
+        // and count again what is left (the count of a cut cannot be derived).
+        let mut shortfall = (count + reserve).saturating_sub(needed);
+        for _ in 0..CUT_ATTEMPTS {
+            let cut = self.cut_to(
+                request.clone(),
+                needed + shortfall,
+                window,
+                policy,
+                Some(count),
+            )?;
+            let Some(count) = self.count_tokens(&cut).await else {
+                return Ok(cut);
+            };
+            if count + reserve <= window {
+                self.counted = Some(count);
+                return Ok(cut);
+            }
+            shortfall += (count + reserve - window).max(1);
+        }
+        Err(overflow(
+            needed + shortfall,
+            window,
+            &request,
+            "DropOldest (still over the window by the model's count after cutting)",
+        ))
+    }
+
+    /// `request` (estimated at `needed` tokens, or counted at `counted` prompt tokens)
+    /// as the policy makes it fit `window` by the estimate.
+    fn cut_to(
+        &self,
+        request: ModelRequest,
+        needed: u64,
+        window: u64,
+        policy: ContextPolicy,
+        counted: Option<u64>,
+    ) -> Result<ModelRequest, Error> {
         if needed <= window {
             return Ok(request);
         }
+        let shown = counted.map_or(needed, |c| {
+            c + request.options.max_tokens.map_or(0, u64::from)
+        });
         if policy != ContextPolicy::DropOldest {
-            let name = if policy == ContextPolicy::Compact {
-                "Compact (still over the window after compaction)"
-            } else {
-                "Fail"
+            let name = match (policy, counted) {
+                (ContextPolicy::Compact, None) => {
+                    "Compact (still over the window after compaction)"
+                }
+                (ContextPolicy::Compact, Some(_)) => {
+                    "Compact (still over the window by the model's count after compaction)"
+                }
+                (_, None) => "Fail",
+                (_, Some(_)) => "Fail (over the window by the model's own count)",
             };
-            return Err(overflow(needed, window, &request, name));
+            return Err(overflow(shown, window, &request, name));
         }
         let history = request.messages.history();
         let Some(cut) = cut_index(history, needed, window) else {
             return Err(overflow(
-                needed,
+                shown,
                 window,
                 &request,
                 "DropOldest (the current turn alone does not fit)",
@@ -139,6 +218,9 @@ impl Call<'_> {
         })
     }
 }
+
+/// How often a cut that the model's count still finds over the window is cut further.
+const CUT_ATTEMPTS: usize = 4;
 
 /// Where to cut `history` (a request estimated at `needed` tokens) so that the rest fits
 /// `target`: the start of the oldest turn to keep, never past the current (last) turn;

@@ -8,7 +8,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use indexmap::IndexMap;
 use tokio::time::Instant;
 
-use super::{BYTES_PER_TOKEN, Budget, BudgetExhausted, BudgetKind, BudgetScope, ModelPrice, Spend};
+use super::{
+    BYTES_PER_TOKEN, Budget, BudgetExhausted, BudgetKind, BudgetScope, COUNT_MARGIN, COUNT_SLACK,
+    ModelPrice, Spend,
+};
 
 /// One budget being drawn from: its limits, what it spent, and the budget above it.
 #[derive(Debug)]
@@ -239,6 +242,44 @@ impl Ledger {
         max_tokens: Option<u32>,
         price: Option<&ModelPrice>,
     ) -> Result<Option<u32>, BudgetExhausted> {
+        let cap32 = self.check_model_call(input, max_tokens, price)?;
+        let worst = Self::worst_case(input, cap32, price);
+        for l in self.chain() {
+            l.lock().reserved.add(&worst);
+        }
+        Ok(cap32)
+    }
+
+    /// Whether a request estimated at `input` prompt tokens is close enough to a token or
+    /// cost budget on the chain that the estimate could decide wrongly: one with
+    /// [`COUNT_MARGIN`] times that input plus [`COUNT_SLACK`] would be refused by an
+    /// input, total or cost budget. The agent then asks the provider for the exact count.
+    pub(crate) fn near_input_limit(
+        self: &Arc<Self>,
+        input: u64,
+        max_tokens: Option<u32>,
+        price: Option<&ModelPrice>,
+    ) -> bool {
+        matches!(
+            self.check_model_call(
+                input.saturating_mul(COUNT_MARGIN).saturating_add(COUNT_SLACK),
+                max_tokens,
+                price
+            ),
+            Err(e) if matches!(
+                e.kind,
+                BudgetKind::InputTokens | BudgetKind::TotalTokens | BudgetKind::Cost
+            )
+        )
+    }
+
+    /// The admission check of [`Ledger::admit_model_call`], reserving nothing.
+    fn check_model_call(
+        self: &Arc<Self>,
+        input: u64,
+        max_tokens: Option<u32>,
+        price: Option<&ModelPrice>,
+    ) -> Result<Option<u32>, BudgetExhausted> {
         let mut cap: Option<u64> = max_tokens.map(u64::from);
         for l in self.chain() {
             let s = l.lock();
@@ -298,12 +339,7 @@ impl Ledger {
                 }
             }
         }
-        let cap32 = cap.map(|c| u32::try_from(c).unwrap_or(u32::MAX));
-        let worst = Self::worst_case(input, cap32, price);
-        for l in self.chain() {
-            l.lock().reserved.add(&worst);
-        }
-        Ok(cap32)
+        Ok(cap.map(|c| u32::try_from(c).unwrap_or(u32::MAX)))
     }
 
     /// What [`Ledger::admit_model_call`] reserves for a request estimated at `input`

@@ -33,9 +33,17 @@
 //! **The bound.** Output tokens never exceed a budget for a model that honours
 //! `max_tokens`. Input tokens are estimated before the request as the bytes of its text
 //! (messages, tool calls and results, tool schemas) divided by [`BYTES_PER_TOKEN`],
-//! rounded up; the provider's count is charged
-//! after. An input, total or cost budget can therefore be exceeded only by the last
-//! request's input tokens beyond that estimate — and then no further model call is made.
+//! rounded up; the provider's count is charged after. The estimate can be wrong either
+//! way (a chat template adds tokens the text does not show; other scripts take more
+//! tokens per byte), so where it matters the provider is asked: when a request with
+//! [`COUNT_MARGIN`] times its estimate plus [`COUNT_SLACK`] tokens would be refused by an
+//! input, total or cost budget, and the model counts tokens
+//! ([`Model::count_tokens`](crate::Model::count_tokens)), the request is admitted (or
+//! refused) and its `max_tokens` lowered on the provider's exact count. Hence: with a
+//! counting model, an input, total or cost budget is exceeded only by a request whose
+//! input is more than [`COUNT_MARGIN`] times its estimate plus [`COUNT_SLACK`]; with a
+//! model that cannot count (or whose count failed), only by the last request's input
+//! tokens beyond the estimate. Either way no further model call is made after it.
 //! Model-call and tool-call budgets are never exceeded.
 //!
 //! # Session budgets across replicas
@@ -88,6 +96,19 @@ pub const SPEND_KEY: &str = "rein.spend";
 /// common average for English; text in other scripts may use more tokens per byte, which
 /// the bound in the [module docs](self) accounts for).
 pub const BYTES_PER_TOKEN: u64 = 4;
+
+/// How far the estimate is trusted, with [`COUNT_SLACK`]: a request whose estimate
+/// times this (2) plus the slack would be refused by an input, total or cost budget is
+/// checked on the provider's count instead, where the model counts (see [the
+/// bound](self#the-bound)). Requests further from every limit cost no counting round
+/// trip.
+pub const COUNT_MARGIN: u64 = 2;
+
+/// The tokens a provider adds to every request that its text does not show (512): the
+/// chat template's markup and the tool-use instructions it wraps around the tool
+/// schemas (Qwen2.5's template: ~90 tokens for one tool; Anthropic documents a tool-use
+/// system prompt of ~350). See [`COUNT_MARGIN`].
+pub const COUNT_SLACK: u64 = 512;
 
 /// Limits on what calls may spend (see the [module docs](self)). Every limit is
 /// optional; an unset one does not limit. `#[non_exhaustive]`: start from

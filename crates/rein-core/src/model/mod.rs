@@ -32,6 +32,7 @@ pub use messages::Messages;
 pub use scripted::{ScriptedModel, ScriptedTurn};
 
 use std::fmt;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -45,6 +46,10 @@ use crate::tool::ToolSchema;
 /// The stream a model returns: chunks in order, ending after the last one. An error
 /// item ends the model call with that error.
 pub type ModelStream = Pin<Box<dyn Stream<Item = Result<ModelChunk, ModelError>> + Send>>;
+
+/// A provider's count of a request's prompt tokens, from [`Model::count_tokens`]: `'static`
+/// like [`ModelStream`], so it holds what it needs.
+pub type TokenCount = Pin<Box<dyn Future<Output = Result<u64, ModelError>> + Send>>;
 
 /// A streaming chat model.
 ///
@@ -71,6 +76,20 @@ pub trait Model: Send + Sync + 'static {
 
     /// Starts one model call.
     fn stream(&self, request: ModelRequest) -> ModelStream;
+
+    /// Counts the prompt tokens `request` would take, as the provider counts (and bills)
+    /// them, or `None` when this model cannot count (the default).
+    ///
+    /// The agent asks only where the answer decides something: when a token or cost
+    /// budget is close enough that the byte estimate could be wrong about admitting the
+    /// request (see the [budget bound](crate::budget#the-bound)). A count that fails is
+    /// logged and the estimate used instead. The HTTP providers count through the
+    /// provider's counting endpoint where one is configured (Anthropic's
+    /// `messages/count_tokens`; a llama.cpp server's `apply-template` + `tokenize`).
+    fn count_tokens(&self, request: &ModelRequest) -> Option<TokenCount> {
+        let _ = request;
+        None
+    }
 }
 
 impl<M: Model + ?Sized> Model for std::sync::Arc<M> {
@@ -85,6 +104,9 @@ impl<M: Model + ?Sized> Model for std::sync::Arc<M> {
     }
     fn stream(&self, request: ModelRequest) -> ModelStream {
         (**self).stream(request)
+    }
+    fn count_tokens(&self, request: &ModelRequest) -> Option<TokenCount> {
+        (**self).count_tokens(request)
     }
 }
 

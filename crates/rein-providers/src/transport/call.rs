@@ -58,8 +58,8 @@ struct Body {
 }
 
 /// A failure and whether another attempt may fix it.
-struct Failure {
-    error: ModelError,
+pub(super) struct Failure {
+    pub(super) error: ModelError,
     retryable: bool,
     retry_after: Option<Duration>,
 }
@@ -99,7 +99,7 @@ struct Call<D> {
 }
 
 /// `Some(now + d)`, or `None` when that is beyond what the clock can represent.
-fn after(d: Duration) -> Option<Instant> {
+pub(super) fn after(d: Duration) -> Option<Instant> {
     Instant::now().checked_add(d)
 }
 
@@ -114,7 +114,7 @@ fn cap(limit: Option<Instant>, deadline: Option<Instant>) -> (Option<Instant>, b
 }
 
 /// Runs `f` until `until` (forever when `None`); `None` when the time ran out.
-async fn within<F: Future>(until: Option<Instant>, f: F) -> Option<F::Output> {
+pub(super) async fn within<F: Future>(until: Option<Instant>, f: F) -> Option<F::Output> {
     match until {
         Some(at) => tokio::time::timeout_at(at, f).await.ok(),
         None => Some(f.await),
@@ -391,7 +391,7 @@ fn sse_failure(transport: &Transport, e: &SseError) -> Failure {
 }
 
 /// A typed failure for a non-success response, with the server's message.
-async fn status_failure(
+pub(super) async fn status_failure(
     transport: &Transport,
     response: Response,
     until: Option<Instant>,
@@ -488,7 +488,7 @@ fn error_message(body: &str) -> Option<String> {
 }
 
 /// The error and retry decision for a failed `send()`.
-fn send_failure(url: &reqwest::Url, e: reqwest::Error) -> Failure {
+pub(super) fn send_failure(url: &reqwest::Url, e: reqwest::Error) -> Failure {
     if e.is_builder() {
         let message = format!("cannot build the request to {url}: {}", chain(&e));
         return Failure::fatal(ModelError::new(ModelErrorKind::BadRequest, message).with_source(e));

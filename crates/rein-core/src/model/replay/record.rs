@@ -247,6 +247,11 @@ impl<M: Model> Model for RecordingModel<M> {
         self.inner.capabilities()
     }
 
+    /// The inner model's count (counts are not recorded: a replay estimates).
+    fn count_tokens(&self, request: &ModelRequest) -> Option<crate::model::TokenCount> {
+        self.inner.count_tokens(request)
+    }
+
     fn stream(&self, request: ModelRequest) -> ModelStream {
         // The conversation part of a request is shared, so the copy is cheap.
         let copy = request.clone();
