@@ -239,6 +239,7 @@ fn compacting(model: &ScriptedModel, window: u32) -> AgentBuilder {
 async fn compact_replaces_the_oldest_turns_with_a_summary_every_replica_continues_from() {
     let store = std::sync::Arc::new(InMemorySessionStore::new());
     let model = ScriptedModel::new([
+        ScriptedTurn::text("The user added numbers in turns 0 to 3."),
         ScriptedTurn::text("The user added numbers in turns 0 to 4; every result was ok."),
         ScriptedTurn::text("done"),
     ]);
@@ -255,7 +256,15 @@ async fn compact_replaces_the_oldest_turns_with_a_summary_every_replica_continue
         .await
         .unwrap();
     let requests = model.requests();
-    assert_eq!(requests.len(), 2, "one summary call, one reasoning call");
+    // What is kept fits half the window, so the turns summarized take two rolling calls.
+    assert_eq!(requests.len(), 3, "two summary calls, one reasoning call");
+    assert!(
+        requests[1]
+            .messages
+            .iter()
+            .any(|m| m.text().contains("turns 0 to 3")),
+        "the second summary call starts from the first one's summary"
+    );
     // The summary call: no tools, the oldest turns, an instruction.
     let summary_call = &requests[0];
     assert!(summary_call.tools.is_empty());
@@ -272,7 +281,7 @@ async fn compact_replaces_the_oldest_turns_with_a_summary_every_replica_continue
     );
     assert_memory_valid(&summary_call.messages.to_vec()[1..summary_call.messages.len() - 1]);
     // The reasoning call: the summary in place of those turns.
-    let sent: Vec<Msg> = requests[1].messages.to_vec();
+    let sent: Vec<Msg> = requests[2].messages.to_vec();
     assert_eq!(sent[0].text(), "You add numbers.");
     assert!(
         sent[1].text().contains("turns 0 to 4"),
@@ -311,6 +320,7 @@ async fn compaction_fires_its_events_before_pre_reasoning_and_a_post_compact_hoo
     let seen = Log::default();
     let rec = seen.clone();
     let model = ScriptedModel::new([
+        ScriptedTurn::text("numbers were added"),
         ScriptedTurn::text("card 4111 1111 1111 1111 was used"),
         ScriptedTurn::text("done"),
     ]);

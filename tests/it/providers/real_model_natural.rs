@@ -4,7 +4,9 @@
 //!
 //! `measure_delegation_styles_on_the_real_model` (ignored: several minutes) is the
 //! measurement behind the default [`DelegationStyle`]:
-//! `scripts/test --test it measure_delegation_styles -- --ignored --nocapture`.
+//! `scripts/test --test it measure_delegation_styles -- --ignored --nocapture`;
+//! `measure_a_live_conversation_of_thirty_turns_under_compaction` (ignored: ~8 minutes)
+//! runs 30 live turns with tool calls through compaction.
 
 use rein::*;
 use serde_json::json;
@@ -344,4 +346,107 @@ async fn a_real_conversation_over_the_window_goes_on_dropped_or_compacted_and_fa
         )
     })
     .await;
+}
+
+/// The cities of the live conversation, one per turn in turn.
+const CITIES: [&str; 10] = [
+    "Paris", "Madrid", "Berlin", "Rome", "Tokyo", "London", "Oslo", "Lima", "Cairo", "Delhi",
+];
+
+#[tokio::test]
+#[ignore = "a measurement of several minutes on the real model; run with --ignored --nocapture"]
+async fn measure_a_live_conversation_of_thirty_turns_under_compaction() {
+    let Some(url) = server() else { return };
+    let _turn = super::real_model::SERVER.lock().await;
+    let (log, inputs, compactions) = (Log::default(), Log::default(), Log::default());
+    let (seen, done) = (inputs.clone(), compactions.clone());
+    let root = url.trim_end_matches('/').trim_end_matches("/v1").to_owned();
+    let conversation = Agent::builder()
+        .model(
+            super::real_model::model_builder(&url)
+                .llama_server_token_count(root)
+                .build()
+                .unwrap(),
+        )
+        .generate_options(super::real_model::options())
+        .max_iters(6)
+        .without_global_hooks()
+        .sys_prompt(WEATHER_PROMPT)
+        .toolkit(toolkit_with(vec![weather_tool(&log)]))
+        .context_window(WINDOW)
+        .context_policy(ContextPolicy::Compact)
+        .hook(FnHook::new("usage", move |event| {
+            match event {
+                // Every question is looked up: the 1.5B model otherwise answers later
+                // turns in the style of earlier ones, with made-up figures.
+                HookEvent::PreReasoning(e)
+                    if e.messages()
+                        .iter()
+                        .last()
+                        .is_some_and(|m| m.role == Role::User && m.tool_results().is_empty()) =>
+                {
+                    let mut options = e.generate_options().clone();
+                    options.tool_choice = Some(ToolChoice::Required);
+                    e.set_generate_options(options);
+                }
+                HookEvent::PostReasoning(e) => seen.push(e.usage().input_tokens.to_string()),
+                HookEvent::PostCompact(_) => done.push("compacted".to_owned()),
+                _ => {}
+            }
+            Ok(())
+        }))
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut answered = 0;
+    for (n, city) in CITIES.iter().cycle().take(30).enumerate() {
+        let turn = std::time::Instant::now();
+        let reply = conversation
+            .call_with(
+                vec![Msg::user(format!(
+                    "What is the weather in {city} right now?"
+                ))],
+                session("live"),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("turn {n} failed: {e}"));
+        answered += usize::from(reply.has_visible_text());
+        eprintln!(
+            "turn {n} ({city}): {:.1}s, {} compactions so far: {:?}",
+            turn.elapsed().as_secs_f64(),
+            compactions.entries().len(),
+            reply.text()
+        );
+    }
+    let stored = conversation.messages(&key("live")).await;
+    assert_memory_valid(&stored);
+    let counted: Vec<u64> = inputs
+        .entries()
+        .iter()
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let largest = counted.iter().copied().max().unwrap_or(0);
+    eprintln!(
+        "a live conversation of 30 turns: {answered} answered, {} weather calls, {} model \
+         requests, {} compactions, largest prompt {largest} of a {WINDOW}-token window by \
+         the server's count, {} messages stored, {:.0}s",
+        calls(&log, "get_weather").len(),
+        counted.len(),
+        compactions.entries().len(),
+        stored.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(answered, 30, "every turn answered");
+    assert!(
+        calls(&log, "get_weather").len() >= 30,
+        "a tool call every turn"
+    );
+    assert!(
+        !compactions.entries().is_empty(),
+        "the conversation was compacted"
+    );
+    assert!(
+        largest <= u64::from(WINDOW),
+        "a prompt over the window: {counted:?}"
+    );
 }

@@ -100,7 +100,11 @@ impl Call<'_> {
         // in half of it (the estimate counts its text generously).
         let reserve = (window / 4).min(1024);
         let history = memory.messages();
-        let Some(cut) = cut_index(history, needed, window.saturating_sub(reserve)) else {
+        // What is kept fits half the window where it can, so the next turns fit beside
+        // the summary: a cut to just under the window would compact again every turn.
+        let cut = cut_index(history, needed, window / 2)
+            .or_else(|| cut_index(history, needed, window.saturating_sub(reserve)));
+        let Some(cut) = cut else {
             return Err(overflow(
                 needed,
                 window,

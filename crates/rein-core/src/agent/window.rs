@@ -62,7 +62,9 @@ pub enum ContextPolicy {
     /// The oldest whole turns are summarized (no tools; a summary of at most an eighth
     /// of the window or 512 tokens, with a quarter of the window kept for it; in rolling
     /// calls, each with as many whole turns as
-    /// fit the window and the summary so far) and replaced by the summary in the stored
+    /// fit the window and the summary so far) until what is kept fits half the window
+    /// (or, when the current turn needs more, the window less the summary's quarter),
+    /// so the next turns fit beside the summary, and replaced by the summary in the stored
     /// conversation, before `PreReasoning`: the summary, as a user message marked with
     /// [`COMPACTION_KEY`](super::COMPACTION_KEY), and a short assistant acknowledgement
     /// (which carries the session's budget record). The same turns as `DropOldest` are

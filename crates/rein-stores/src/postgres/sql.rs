@@ -236,15 +236,20 @@ impl Sql {
                        ORDER BY arrival LIMIT 1;
                      IF head <> p_token THEN RETURN 0; END IF;
                    END IF;
-                   INSERT INTO {l} AS l (session_key, token, fence, expires_at, signal)
-                   VALUES (p_key, p_token,
-                     1 + COALESCE((SELECT s.fence FROM {t} s WHERE s.session_key = p_key), 0),
-                     clock_timestamp() + p_ttl * interval '1 millisecond', NULL)
-                   ON CONFLICT (session_key) DO UPDATE
-                     SET token = EXCLUDED.token, fence = GREATEST(l.fence + 1, EXCLUDED.fence),
-                         expires_at = EXCLUDED.expires_at, signal = NULL
-                     WHERE l.expires_at <= clock_timestamp()
-                   RETURNING l.fence INTO f;
+                   -- A live lease is seen without locking its row: the upsert below
+                   -- would lock it, and a lock per poll queues the holder's own save.
+                   IF NOT EXISTS (SELECT 1 FROM {l} WHERE session_key = p_key
+                                    AND expires_at > clock_timestamp()) THEN
+                     INSERT INTO {l} AS l (session_key, token, fence, expires_at, signal)
+                     VALUES (p_key, p_token,
+                       1 + COALESCE((SELECT s.fence FROM {t} s WHERE s.session_key = p_key), 0),
+                       clock_timestamp() + p_ttl * interval '1 millisecond', NULL)
+                     ON CONFLICT (session_key) DO UPDATE
+                       SET token = EXCLUDED.token, fence = GREATEST(l.fence + 1, EXCLUDED.fence),
+                           expires_at = EXCLUDED.expires_at, signal = NULL
+                       WHERE l.expires_at <= clock_timestamp()
+                     RETURNING l.fence INTO f;
+                   END IF;
                    IF f IS NULL THEN
                      IF mine THEN RETURN 0; END IF;
                      IF n >= p_max THEN RETURN -1; END IF;
@@ -298,7 +303,9 @@ impl Sql {
             list_none: format!(
                 "SELECT session_id FROM {t} WHERE user_id IS NULL ORDER BY session_id"
             ),
-            // A caller that does not queue takes the lease only when no one waits.
+            // A caller that does not queue takes the lease only when no one waits. A live
+            // lease is seen without locking its row: the upsert would lock it, and a lock
+            // per poll queues the holder's own save behind the pollers.
             acquire: format!(
                 "INSERT INTO {l} AS l (session_key, token, fence, expires_at, signal)
                  SELECT $1, $2,
@@ -306,6 +313,8 @@ impl Sql {
                    clock_timestamp() + $3::float8 * interval '1 millisecond', NULL
                  WHERE NOT EXISTS (SELECT 1 FROM {w} q
                                    WHERE q.session_key = $1 AND q.expires_at > clock_timestamp())
+                   AND NOT EXISTS (SELECT 1 FROM {l} h
+                                   WHERE h.session_key = $1 AND h.expires_at > clock_timestamp())
                  ON CONFLICT (session_key) DO UPDATE
                    SET token = EXCLUDED.token, fence = GREATEST(l.fence + 1, EXCLUDED.fence),
                        expires_at = EXCLUDED.expires_at, signal = NULL
