@@ -344,13 +344,7 @@ impl Transport {
     ) -> Result<Self, BuildError> {
         let invalid = |m: String| BuildError::new(BuildErrorKind::InvalidConfig, m);
         let joined = format!("{}/{}", base_url.trim_end_matches('/'), path);
-        let url = reqwest::Url::parse(&joined)
-            .map_err(|e| invalid(format!("invalid base URL `{base_url}`: {e}")))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(invalid(format!(
-                "invalid base URL `{base_url}`: the scheme must be http or https"
-            )));
-        }
+        let url = http_url(&joined, "base URL", base_url)?;
         let mut map = HeaderMap::new();
         insert_headers(
             &mut map,
@@ -374,16 +368,8 @@ impl Transport {
     /// The same client, headers and settings for another endpoint of the same server:
     /// `url` (absolute, http or https) replaces the URL.
     pub(crate) fn at(&self, url: &str) -> Result<Self, BuildError> {
-        let invalid = |m: String| BuildError::new(BuildErrorKind::InvalidConfig, m);
-        let parsed =
-            reqwest::Url::parse(url).map_err(|e| invalid(format!("invalid URL `{url}`: {e}")))?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(invalid(format!(
-                "invalid URL `{url}`: the scheme must be http or https"
-            )));
-        }
         Ok(Self {
-            url: parsed,
+            url: http_url(url, "URL", url)?,
             ..self.clone()
         })
     }
@@ -447,6 +433,20 @@ impl Transport {
         })?;
         Ok((headers, body))
     }
+}
+
+/// `url` parsed, when it is http or https; the error names `what` was configured as
+/// `shown`.
+fn http_url(url: &str, what: &str, shown: &str) -> Result<reqwest::Url, BuildError> {
+    let invalid = |m: String| BuildError::new(BuildErrorKind::InvalidConfig, m);
+    let parsed =
+        reqwest::Url::parse(url).map_err(|e| invalid(format!("invalid {what} `{shown}`: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(invalid(format!(
+            "invalid {what} `{shown}`: the scheme must be http or https"
+        )));
+    }
+    Ok(parsed)
 }
 
 /// Inserts `(name, value)` pairs, replacing earlier values of the same name.

@@ -8,7 +8,7 @@ use rein::budget::{BUDGET_KEY, BYTES_PER_TOKEN};
 use rein::*;
 use serde_json::json;
 
-use crate::support::builder;
+use crate::support::{builder, key, session};
 
 type CountFn = Arc<dyn Fn(&ModelRequest) -> Option<u64> + Send + Sync>;
 
@@ -154,6 +154,12 @@ fn history(turns: usize) -> Vec<Msg> {
         .collect()
 }
 
+/// `turns` stored turns on session `w`, then the question "and now?" on it.
+async fn after_history(agent: &Agent, turns: usize) -> Result<CallOutcome, Error> {
+    agent.set_messages(&key("w"), history(turns)).await.unwrap();
+    agent.run(vec![Msg::user("and now?")], session("w")).await
+}
+
 #[tokio::test]
 async fn a_request_the_window_estimate_rejects_is_sent_whole_when_the_models_count_fits() {
     let model = ScriptedModel::new([ScriptedTurn::text("whole")]);
@@ -164,14 +170,7 @@ async fn a_request_the_window_estimate_rejects_is_sent_whole_when_the_models_cou
         .build()
         .unwrap();
     // Six turns of ~600 bytes: ~1,300 tokens by the estimate, 400 by the count.
-    agent
-        .set_messages(&crate::support::key("w"), history(6))
-        .await
-        .unwrap();
-    let reply = agent
-        .call_with(vec![Msg::user("and now?")], crate::support::session("w"))
-        .await
-        .unwrap();
+    let reply = after_history(&agent, 6).await.unwrap().reply;
     assert_eq!(reply.text(), "whole");
     assert_eq!(model.requests()[0].messages.len(), 13, "nothing left out");
     assert_eq!(asked.load(Ordering::SeqCst), 1);
@@ -188,14 +187,7 @@ async fn a_request_the_window_estimate_admits_is_cut_until_the_models_count_fits
         .build()
         .unwrap();
     // Four turns: ~900 tokens by the estimate (it fits), ~1,350 by the count (it does not).
-    agent
-        .set_messages(&crate::support::key("w"), history(4))
-        .await
-        .unwrap();
-    agent
-        .call_with(vec![Msg::user("and now?")], crate::support::session("w"))
-        .await
-        .unwrap();
+    after_history(&agent, 4).await.unwrap();
     let sent = &model.requests()[0];
     assert!(sent.messages.len() < 9, "not cut: {}", sent.messages.len());
     assert!(count(sent).unwrap() <= 1_200, "{:?}", count(sent));
@@ -207,14 +199,7 @@ async fn over_the_window_by_the_models_count_fails_typed_before_anything_is_sent
     let model = ScriptedModel::new([ScriptedTurn::text("never")]);
     let (builder, _) = counting(&model, Arc::new(text_bytes_over_two));
     let agent = builder.context_window(1_200).build().unwrap();
-    agent
-        .set_messages(&crate::support::key("w"), history(4))
-        .await
-        .unwrap();
-    let err = agent
-        .call_with(vec![Msg::user("and now?")], crate::support::session("w"))
-        .await
-        .unwrap_err();
+    let err = after_history(&agent, 4).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ContextWindow);
     assert!(
         err.to_string().contains("by the model's own count"),
@@ -232,14 +217,7 @@ async fn a_request_counted_for_the_window_is_not_counted_again_for_the_budget() 
         .call_budget(Budget::new().input_tokens(500))
         .build()
         .unwrap();
-    agent
-        .set_messages(&crate::support::key("w"), history(6))
-        .await
-        .unwrap();
-    let out = agent
-        .run(vec![Msg::user("and now?")], crate::support::session("w"))
-        .await
-        .unwrap();
+    let out = after_history(&agent, 6).await.unwrap();
     assert_eq!(out.reason, StopReason::Final, "{out:?}");
     assert_eq!(asked.load(Ordering::SeqCst), 1, "one count for both checks");
 }

@@ -190,15 +190,13 @@ impl Call<'_> {
             .map_or(0, |l| l.schema_bytes(&request.tools));
         let messages: usize = request.messages.iter().map(message_bytes).sum();
         let mut estimate = estimate_tokens(messages + schemas);
-        let known = self.counted.take();
-        if ledger.near_input_limit(estimate, request.options.max_tokens, price.as_ref()) {
-            let counted = match known {
-                Some(n) => Some(n),
-                None => self.count_tokens(&request).await,
-            };
-            if let Some(n) = counted {
-                estimate = n;
-            }
+        // The window check's count of this request decides; near a limit one is asked for.
+        if let Some(n) = self.counted.take() {
+            estimate = n;
+        } else if ledger.near_input_limit(estimate, request.options.max_tokens, price.as_ref())
+            && let Some(n) = self.count_tokens(&request).await
+        {
+            estimate = n;
         }
         let user = ledger.user_book::<UserBook>();
         let turn = match &user {

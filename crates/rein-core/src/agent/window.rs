@@ -9,7 +9,7 @@
 
 use super::budgets::{message_bytes, request_bytes};
 use super::run::Call;
-use crate::budget::{COUNT_MARGIN, COUNT_SLACK};
+use crate::budget::worst_estimate;
 use crate::error::Error;
 use crate::message::{ContentBlock, Msg, Role};
 use crate::model::ModelRequest;
@@ -119,10 +119,7 @@ impl Call<'_> {
         let window = u64::from(window);
         let reserve = request.options.max_tokens.map_or(0, u64::from);
         let needed = estimate(&request);
-        let near = (needed - reserve)
-            .saturating_mul(COUNT_MARGIN)
-            .saturating_add(COUNT_SLACK + reserve)
-            > window;
+        let near = worst_estimate(needed - reserve).saturating_add(reserve) > window;
         let counted = if near {
             self.count_tokens(&request).await
         } else {

@@ -574,7 +574,7 @@ mod ledger;
 
 mod record;
 
-pub(crate) use ledger::{Ledger, Tokens, estimate_tokens};
+pub(crate) use ledger::{Ledger, Tokens, estimate_tokens, worst_estimate};
 pub(crate) use record::{session_record, spend_record, stored_spend};
 
 /// The session id under which a user's budget record is stored, next to the user's
