@@ -14,7 +14,9 @@
 //! figures below, streaming, masking, and the hooks' absolute cost:
 //! `hooks10_added_us= synchooks10_added_us= production_added_us= budget_added_us= labels_added_us=`, the µs each set
 //! adds to a W1 call in this run), where `hooks10_ratio` is the `async fn` hooks'
-//! ratio (the conservative one).
+//! ratio (the conservative one). Before it, the regression guards on the hooks' added
+//! cost (`synchooks10_added_us` ≤ 1.0, `hooks10_added_us` ≤ 2.5,
+//! `production_added_us` ≤ 4.5) are printed as `kept` or `OVER`.
 //!
 //! Allocations per W1 call are not counted here (a counting allocator would slow
 //! every timing): `tests/alloc_guard.rs` guards them. The scale figures, each
@@ -83,6 +85,22 @@ fn env_size(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// The regression guards on what hooks add to a W1 call (µs, absolute, so the
+/// machine's speed moves them): each with its limit and whether this run kept it.
+fn print_guards(guards: &[(&str, f64, f64)]) {
+    println!("regression guards (µs added per W1 call in this run, limit):");
+    for &(key, value, limit) in guards {
+        let verdict = if DEBUG {
+            "not judged (debug build)"
+        } else if value <= limit {
+            "kept"
+        } else {
+            "OVER"
+        };
+        println!("  {key:<24} {value:>6.2} ≤ {limit:.2}  {verdict}");
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -661,6 +679,11 @@ fn main() {
         "(report took {:.1?})",
         Duration::from_secs_f64(started.elapsed().as_secs_f64())
     );
+    print_guards(&[
+        ("synchooks10_added_us", w1[2] - w1[0], 1.0),
+        ("hooks10_added_us", w1[1] - w1[0], 2.5),
+        ("production_added_us", w1[3] - w1[0], 4.5),
+    ]);
     let million_keys = if million {
         format!(
             "session_bytes_1m={m_bytes:.0} sessions_1m_rss_mb={m_rss:.1} last_session_ratio_1m={:.2}",
