@@ -62,9 +62,8 @@ pub use crate::hook::{Decision, DecisionKind, FieldChange, RevealNumbers};
 /// without the feature.
 #[cfg(feature = "metrics")]
 pub(crate) mod metrics_impl {
-    use std::collections::{HashMap, HashSet};
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    use std::sync::{LazyLock, Mutex, PoisonError};
+    use std::collections::HashSet;
+    use std::sync::{PoisonError, RwLock};
 
     use metrics::{Key, Label, Level, Metadata};
 
@@ -79,55 +78,93 @@ pub(crate) mod metrics_impl {
         key: Key,
     }
 
-    /// Retained keys (cheap to clone) by a hash of name and label values: a counter
-    /// update costs a lookup instead of allocating its labels. At most
-    /// [`MAX_CACHED`] keys are kept (agents, models and tools are few); beyond that,
-    /// keys are built per update as before.
-    static KEYS: LazyLock<Mutex<KeyCache>> = LazyLock::new(|| Mutex::new((0, HashMap::new())));
+    /// One agent's counter keys, built on first use and kept with the agent: an update
+    /// scans the agent's few keys under a shared read lock instead of building the key
+    /// (allocating its labels) or hashing it under a process-wide lock. At most
+    /// [`MAX_CACHED`] keys are kept per agent (its outcomes, models, tools and
+    /// statuses are few); beyond that, keys are built per update.
+    #[derive(Default)]
+    pub(crate) struct Keys(RwLock<Vec<Cached>>);
 
-    /// How many keys are cached, and the keys by hash.
-    type KeyCache = (usize, HashMap<u64, Vec<Cached>>);
-    const MAX_CACHED: usize = 4096;
-
-    /// The key `name{k0=v0, k1=v1}`.
-    fn key(name: &'static str, labels: [(&'static str, &str); 2]) -> Key {
-        let mut h = DefaultHasher::new();
-        name.hash(&mut h);
-        for (_, v) in labels {
-            v.hash(&mut h);
+    impl std::fmt::Debug for Keys {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("metrics::Keys")
         }
-        let hash = h.finish();
-        let mut cache = KEYS.lock().unwrap_or_else(PoisonError::into_inner);
-        let found = cache.1.get(&hash).and_then(|bucket| {
-            bucket.iter().find(|c| {
-                c.name == name && c.values.iter().zip(labels).all(|(a, (_, b))| **a == *b)
-            })
-        });
-        if let Some(c) = found {
-            return c.key.clone();
-        }
-        let key = Key::from_parts(
-            name,
-            labels
-                .iter()
-                .map(|&(k, v)| Label::new(k, v.to_owned()))
-                .collect::<Vec<_>>(),
-        )
-        .to_retained();
-        if cache.0 < MAX_CACHED {
-            cache.0 += 1;
-            cache.1.entry(hash).or_default().push(Cached {
-                name,
-                values: labels.map(|(_, v)| v.into()),
-                key: key.clone(),
-            });
-        }
-        key
     }
 
-    fn count(name: &'static str, labels: [(&'static str, &str); 2], n: u64) {
-        let key = key(name, labels);
-        metrics::with_recorder(|r| r.register_counter(&key, &METADATA).increment(n));
+    const MAX_CACHED: usize = 256;
+
+    fn find<'a>(
+        cached: &'a [Cached],
+        name: &str,
+        labels: &[(&'static str, &str); 2],
+    ) -> Option<&'a Cached> {
+        cached
+            .iter()
+            .find(|c| c.name == name && c.values.iter().zip(labels).all(|(a, (_, b))| **a == **b))
+    }
+
+    impl Keys {
+        /// Adds `n` to the counter `name{k0=v0, k1=v1}` of the installed recorder.
+        fn count(&self, name: &'static str, labels: [(&'static str, &str); 2], n: u64) {
+            let add = |key: &Key| {
+                metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(n));
+            };
+            {
+                let cached = self.0.read().unwrap_or_else(PoisonError::into_inner);
+                if let Some(c) = find(&cached, name, &labels) {
+                    add(&c.key);
+                    return;
+                }
+            }
+            let key = Key::from_parts(
+                name,
+                labels
+                    .iter()
+                    .map(|&(k, v)| Label::new(k, v.to_owned()))
+                    .collect::<Vec<_>>(),
+            );
+            add(&key);
+            let mut cached = self.0.write().unwrap_or_else(PoisonError::into_inner);
+            if cached.len() < MAX_CACHED && find(&cached, name, &labels).is_none() {
+                cached.push(Cached {
+                    name,
+                    values: labels.map(|(_, v)| v.into()),
+                    key,
+                });
+            }
+        }
+
+        pub(crate) fn call(&self, agent: &str, outcome: &'static str) {
+            self.count(
+                "rein_calls_total",
+                [("agent", agent), ("outcome", outcome)],
+                1,
+            );
+        }
+
+        pub(crate) fn model_call(&self, agent: &str, model: &str, input: u64, output: u64) {
+            self.count(
+                "rein_model_calls_total",
+                [("agent", agent), ("model", model)],
+                1,
+            );
+            let tokens = "rein_tokens_total";
+            self.count(tokens, [("agent", agent), ("direction", "input")], input);
+            self.count(tokens, [("agent", agent), ("direction", "output")], output);
+        }
+
+        pub(crate) fn tool_call(&self, tool: &str, status: &'static str) {
+            self.count(
+                "rein_tool_calls_total",
+                [("tool", tool), ("status", status)],
+                1,
+            );
+        }
+
+        pub(crate) fn denial(&self, hook: &str, tool: &str) {
+            self.count("rein_denials_total", [("hook", hook), ("tool", tool)], 1);
+        }
     }
 
     /// Maps a tool name to its label: itself, or `"other"` outside a configured set.
@@ -136,36 +173,5 @@ pub(crate) mod metrics_impl {
             Some(set) if !set.contains(tool) => "other",
             _ => tool,
         }
-    }
-
-    pub(crate) fn call(agent: &str, outcome: &'static str) {
-        count(
-            "rein_calls_total",
-            [("agent", agent), ("outcome", outcome)],
-            1,
-        );
-    }
-
-    pub(crate) fn model_call(agent: &str, model: &str, input: u64, output: u64) {
-        count(
-            "rein_model_calls_total",
-            [("agent", agent), ("model", model)],
-            1,
-        );
-        let tokens = "rein_tokens_total";
-        count(tokens, [("agent", agent), ("direction", "input")], input);
-        count(tokens, [("agent", agent), ("direction", "output")], output);
-    }
-
-    pub(crate) fn tool_call(tool: &str, status: &'static str) {
-        count(
-            "rein_tool_calls_total",
-            [("tool", tool), ("status", status)],
-            1,
-        );
-    }
-
-    pub(crate) fn denial(hook: &str, tool: &str) {
-        count("rein_denials_total", [("hook", hook), ("tool", tool)], 1);
     }
 }

@@ -472,3 +472,52 @@ async fn metrics_count_calls_model_calls_tools_denials_hook_errors_and_tokens() 
         1
     );
 }
+
+#[cfg(feature = "metrics")]
+#[tokio::test]
+async fn metrics_reach_a_recorder_installed_after_the_agents_first_call() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    let log = Log::default();
+    let model = ScriptedModel::new([
+        ScriptedTurn::text("one").with_usage(3, 1),
+        ScriptedTurn::text("two").with_usage(4, 1),
+        ScriptedTurn::text("three").with_usage(5, 1),
+    ]);
+    let agent = tool_agent(&model, &log).name("late").build().unwrap();
+    // The first call builds the agent's keys while no recorder is installed.
+    agent.call(Msg::user("a")).await.unwrap();
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    agent.call(Msg::user("b")).await.unwrap();
+    agent.call(Msg::user("c")).await.unwrap();
+
+    let counters: HashMap<String, u64> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| {
+            let DebugValue::Counter(v) = value else {
+                return None;
+            };
+            let labels: Vec<String> = key
+                .key()
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            Some((format!("{}{{{}}}", key.key().name(), labels.join(",")), v))
+        })
+        .collect();
+    assert_eq!(counters["rein_calls_total{agent=late,outcome=ok}"], 2);
+    assert_eq!(
+        counters["rein_model_calls_total{agent=late,model=scripted}"],
+        2
+    );
+    assert_eq!(counters["rein_tokens_total{agent=late,direction=input}"], 9);
+    assert_eq!(
+        counters["rein_tokens_total{agent=late,direction=output}"],
+        2
+    );
+}

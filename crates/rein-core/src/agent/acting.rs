@@ -282,7 +282,7 @@ impl Call<'_> {
             }
             #[cfg(feature = "metrics")]
             if let Some(d) = &e.denial {
-                crate::observe::metrics_impl::denial(
+                self.agent.metric_keys.denial(
                     d.hook.as_deref().unwrap_or("<runtime>"),
                     crate::observe::metrics_impl::tool_label(
                         self.agent.tool_labels.as_deref(),

@@ -257,6 +257,8 @@ impl<S> AgentBuilder<S> {
                 trail: c.trail,
                 record_content: c.record_content,
                 tool_labels: c.tool_labels,
+                #[cfg(feature = "metrics")]
+                metric_keys: crate::observe::metrics_impl::Keys::default(),
                 output_mode: c.output_mode,
                 input_label: c.input_label,
                 window,

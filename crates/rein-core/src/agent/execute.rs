@@ -223,7 +223,7 @@ impl Call<'_> {
             span.record("gen_ai.tool.call.result", result.content.as_str());
         }
         #[cfg(feature = "metrics")]
-        crate::observe::metrics_impl::tool_call(
+        self.agent.metric_keys.tool_call(
             crate::observe::metrics_impl::tool_label(self.agent.tool_labels.as_deref(), name),
             status,
         );

@@ -249,6 +249,9 @@ pub(crate) struct AgentInner {
     /// Tool names used as metric labels as-is; others are reported as `other`.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) tool_labels: Option<Arc<std::collections::HashSet<String>>>,
+    /// This agent's counter keys, built once each (feature `metrics`).
+    #[cfg(feature = "metrics")]
+    pub(crate) metric_keys: crate::observe::metrics_impl::Keys,
     /// Every call's budget and whose it is ([`AgentBuilder::call_budget`]).
     pub(crate) call_budget: Option<(crate::budget::Budget, crate::budget::BudgetScope)>,
     /// The session's budget ([`AgentBuilder::session_budget`]).

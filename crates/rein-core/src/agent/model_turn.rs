@@ -204,7 +204,7 @@ impl Call<'_> {
         }
         #[cfg(feature = "metrics")]
         if let Some(model) = &metric_model {
-            crate::observe::metrics_impl::model_call(
+            agent.metric_keys.model_call(
                 &agent.info.name,
                 model,
                 self.last_usage.input_tokens,

@@ -145,10 +145,8 @@ impl AgentInner {
             }
         }
         #[cfg(feature = "metrics")]
-        crate::observe::metrics_impl::call(
-            &self.info.name,
-            if result.is_ok() { "ok" } else { "error" },
-        );
+        self.metric_keys
+            .call(&self.info.name, if result.is_ok() { "ok" } else { "error" });
         result
     }
 
