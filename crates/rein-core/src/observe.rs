@@ -71,20 +71,13 @@ pub(crate) mod metrics_impl {
     static METADATA: Metadata<'static> =
         Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
-    /// A built key with the label values it was built from.
-    struct Cached {
-        name: &'static str,
-        values: [Box<str>; 2],
-        key: Key,
-    }
-
     /// One agent's counter keys, built on first use and kept with the agent: an update
     /// scans the agent's few keys under a shared read lock instead of building the key
     /// (allocating its labels) or hashing it under a process-wide lock. At most
     /// [`MAX_CACHED`] keys are kept per agent (its outcomes, models, tools and
     /// statuses are few); beyond that, keys are built per update.
     #[derive(Default)]
-    pub(crate) struct Keys(RwLock<Vec<Cached>>);
+    pub(crate) struct Keys(RwLock<Vec<Key>>);
 
     impl std::fmt::Debug for Keys {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -94,14 +87,15 @@ pub(crate) mod metrics_impl {
 
     const MAX_CACHED: usize = 256;
 
+    /// The cached key `name{k0=v0, k1=v1}` (label names are fixed per metric name).
     fn find<'a>(
-        cached: &'a [Cached],
+        cached: &'a [Key],
         name: &str,
         labels: &[(&'static str, &str); 2],
-    ) -> Option<&'a Cached> {
-        cached
-            .iter()
-            .find(|c| c.name == name && c.values.iter().zip(labels).all(|(a, (_, b))| **a == **b))
+    ) -> Option<&'a Key> {
+        cached.iter().find(|key| {
+            key.name() == name && key.labels().zip(labels).all(|(l, (_, v))| l.value() == *v)
+        })
     }
 
     impl Keys {
@@ -112,8 +106,8 @@ pub(crate) mod metrics_impl {
             };
             {
                 let cached = self.0.read().unwrap_or_else(PoisonError::into_inner);
-                if let Some(c) = find(&cached, name, &labels) {
-                    add(&c.key);
+                if let Some(key) = find(&cached, name, &labels) {
+                    add(key);
                     return;
                 }
             }
@@ -127,11 +121,7 @@ pub(crate) mod metrics_impl {
             add(&key);
             let mut cached = self.0.write().unwrap_or_else(PoisonError::into_inner);
             if cached.len() < MAX_CACHED && find(&cached, name, &labels).is_none() {
-                cached.push(Cached {
-                    name,
-                    values: labels.map(|(_, v)| v.into()),
-                    key,
-                });
+                cached.push(key);
             }
         }
 
